@@ -1,0 +1,69 @@
+"""The `hourglass` command: serve, migrate, openapi."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import yaml
+
+from app.config import Settings
+
+
+def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
+    import uvicorn
+
+    from app.main import create_app
+    from app.storage.schema import upgrade_to_head
+
+    if settings.auto_migrate:
+        upgrade_to_head(settings.database_url)
+    uvicorn.run(
+        create_app(settings),
+        host=arguments.host,
+        port=arguments.port,
+        log_level=arguments.log_level,
+        timeout_graceful_shutdown=arguments.graceful_shutdown,
+    )
+
+
+def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:
+    from app.storage.schema import upgrade_to_head
+
+    upgrade_to_head(settings.database_url)
+
+
+def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
+    from app.main import create_app
+
+    sys.stdout.write(yaml.safe_dump(create_app(settings).openapi(), sort_keys=False, allow_unicode=True))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hourglass", description="Hourglass delayed-message service")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP service (migrates first unless HOURGLASS_AUTO_MIGRATE=0)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--graceful-shutdown", type=float, default=25, metavar="SECONDS",
+        help="on SIGTERM, how long in-flight requests may take to finish",
+    )
+    serve.set_defaults(run=_serve)
+
+    migrate = commands.add_parser("migrate", help="upgrade the database schema to this release")
+    migrate.set_defaults(run=_migrate)
+
+    openapi = commands.add_parser("openapi", help="print the OpenAPI document (YAML)")
+    openapi.set_defaults(run=_openapi)
+
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    arguments.run(arguments, Settings())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The HTTP edge: schemas, routes and error mapping over the queue service."""

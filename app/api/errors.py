@@ -1,0 +1,98 @@
+"""Every error a client can see, rendered as application/problem+json (RFC 9457)."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from app.queue import errors
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+# Seconds a client should wait before retrying while the database is unavailable.
+RETRY_AFTER_SECONDS = 1
+
+# Domain error -> (status, problem type slug).
+_DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
+    errors.MessageNotFound: (404, "message-not-found"),
+    errors.LockNotFound: (404, "lock-not-found"),
+    errors.InvalidPayload: (422, "invalid-payload"),
+    errors.PayloadTooLarge: (413, "payload-too-large"),
+    errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
+    errors.StorageUnavailable: (503, "database-unavailable"),
+}
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_MEDIA_TYPE
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    slug: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> ProblemResponse:
+    """A problem+json response; `slug` names the problem type (default: the status's name)."""
+    phrase = HTTPStatus(status).phrase
+    slug = slug or phrase.lower().replace(" ", "-")
+    body = {"type": f"urn:hourglass:problem:{slug}", "title": phrase, "status": status, "detail": detail}
+    return ProblemResponse(body | extra, status_code=status, headers=headers)
+
+
+def unavailable(detail: str) -> ProblemResponse:
+    """503 with Retry-After: the database cannot serve now."""
+    return problem(
+        503,
+        detail,
+        slug="database-unavailable",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+async def _domain_error(_request: Request, error: Exception) -> ProblemResponse:
+    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
+    if status == 503:
+        logger.warning("database unavailable: %s", error)
+        return unavailable("the database is unavailable; retry shortly")
+    return problem(status, str(error), slug=slug)
+
+
+async def _validation_error(_request: Request, error: Exception) -> ProblemResponse:
+    assert isinstance(error, RequestValidationError)
+    details = [
+        {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
+        for item in error.errors()
+    ]
+    summary = "; ".join(f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in details)
+    return problem(422, summary or "invalid request", slug="invalid-request", errors=jsonable_encoder(details))
+
+
+async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
+    assert isinstance(error, HTTPException)
+    detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
+    return problem(error.status_code, detail, headers=getattr(error, "headers", None))
+
+
+async def _unexpected_error(_request: Request, error: Exception) -> ProblemResponse:
+    logger.exception("unexpected error", exc_info=error)
+    return problem(500, "an unexpected error occurred; it has been logged", slug="internal-error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Render every error the app can raise as problem+json."""
+    for error_type in _DOMAIN_ERRORS:
+        app.add_exception_handler(error_type, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,47 @@
+"""The generated OpenAPI document, adjusted so errors are described as problem+json."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api.errors import PROBLEM_MEDIA_TYPE
+from app.api.schemas import Problem
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` entry documenting these error statuses of a route."""
+    return {status: {"model": Problem, "description": HTTPStatus(status).phrase} for status in statuses}
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """The app's schema with every 4xx/5xx as problem+json (FastAPI's default 422 replaced)."""
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}
+    components = schema.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    return schema
+
+
+def install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,46 @@
+"""Liveness, readiness and metrics: open endpoints for orchestrators and scrapers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from app.api.deps import Service
+from app.api.errors import unavailable
+from app.api.openapi import problem_responses
+from app.api.schemas import HealthResponse, ReadyResponse
+from app.queue.errors import StorageUnavailable
+from app.storage.schema import head_revision
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="200 while the process runs")
+async def healthz() -> HealthResponse:
+    return HealthResponse(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=ReadyResponse,
+    summary="200 when the database answers and its schema is at this release's head",
+    responses=problem_responses(503),
+)
+async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the 503
+    try:
+        revision = await service.schema_revision()
+    except StorageUnavailable:
+        return unavailable("the database does not answer")
+    if revision != head_revision():
+        return unavailable(f"the schema is at {revision or 'nothing'}, not {head_revision()}: run `hourglass migrate`")
+    return ReadyResponse(status="ready", schema_revision=revision)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
+)
+async def metrics(request: Request) -> Response:
+    metrics = request.app.state.metrics
+    return Response(metrics.exposition(), media_type=metrics.content_type)

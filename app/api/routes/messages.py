@@ -1,0 +1,141 @@
+"""Messages: offer (create, update, ignore), batch offer, read and delete."""
+
+from __future__ import annotations
+
+from collections import Counter
+from urllib.parse import quote
+
+from fastapi import APIRouter, Response, status
+
+from app.api.deps import Service
+from app.api.openapi import problem_responses
+from app.api.schemas import (
+    BatchRequest,
+    BatchResponse,
+    BatchResult,
+    MessageKey,
+    MessageResponse,
+    OfferResponse,
+    PutMessage,
+    QueueName,
+    UpdateMessage,
+)
+from app.queue.models import Message, Outcome
+from app.queue.payloads import decode_payload
+from app.queue.service import OfferRequest, OfferResult
+
+router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
+
+_WRITE_ERRORS = problem_responses(413, 422, 503)
+
+
+def _offer_response(result: OfferResult) -> OfferResponse:
+    return OfferResponse(
+        queue=result.queue, key=result.key, outcome=result.outcome, scheduled_at=result.scheduled_at
+    )
+
+
+def message_response(message: Message, now: int) -> MessageResponse:
+    return MessageResponse(
+        queue=message.queue,
+        key=message.key,
+        payload=decode_payload(message.payload),
+        scheduled_at=message.scheduled_at,
+        scheduled_at_initially=message.scheduled_at_initially,
+        created_at=message.created_at,
+        state=message.state(now),
+    )
+
+
+@router.put(
+    "/messages/{key:path}",
+    status_code=status.HTTP_201_CREATED,
+    summary="Offer a message: create it, or update or ignore it when the key exists",
+    responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
+)
+async def put_message(
+    queue: QueueName, key: MessageKey, body: PutMessage, response: Response, service: Service
+) -> OfferResponse:
+    result = await service.offer(
+        queue, OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists)
+    )
+    if result.outcome is not Outcome.CREATED:
+        response.status_code = status.HTTP_200_OK
+    return _offer_response(result)
+
+
+@router.post(
+    "/messages/{key:path}",
+    summary="Update an existing message (never creates one)",
+    responses=problem_responses(404, 413, 422, 503),
+)
+async def update_message(
+    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service
+) -> OfferResponse:
+    result = await service.update(
+        queue, OfferRequest(key=key, payload=body.payload, when=body.when())
+    )
+    return _offer_response(result)
+
+
+@router.post(
+    "/messages",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a message under a generated key",
+    responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
+)
+async def create_message(
+    queue: QueueName, body: UpdateMessage, response: Response, service: Service
+) -> OfferResponse:
+    result = await service.offer_new(queue, body.payload, body.when())
+    response.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
+    return _offer_response(result)
+
+
+@router.get(
+    "/messages/{key:path}",
+    summary="Read a message",
+    responses=problem_responses(404, 422, 503),
+)
+async def get_message(queue: QueueName, key: MessageKey, service: Service) -> MessageResponse:
+    message = await service.get(queue, key)
+    return message_response(message, service.clock.now_ms())
+
+
+@router.delete(
+    "/messages/{key:path}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a message, leased or not",
+    responses=problem_responses(404, 422, 503),
+)
+async def delete_message(queue: QueueName, key: MessageKey, service: Service) -> Response:
+    await service.delete(queue, key)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/batch",
+    summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
+    responses=_WRITE_ERRORS,
+)
+async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) -> BatchResponse:
+    requests = [
+        OfferRequest(
+            key=item.key,
+            payload=item.payload,
+            when=item.when(),
+            if_exists=item.if_exists or body.if_exists,
+        )
+        for item in body.messages
+    ]
+    outcomes = await service.offer_many(queue, requests)
+    counts = Counter(outcomes)
+    return BatchResponse(
+        results=[
+            BatchResult(key=request.key, outcome=outcome)
+            for request, outcome in zip(requests, outcomes, strict=True)
+        ],
+        created=counts[Outcome.CREATED],
+        updated=counts[Outcome.UPDATED],
+        ignored=counts[Outcome.IGNORED],
+    )

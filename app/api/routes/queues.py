@@ -1,0 +1,49 @@
+"""Queues: stats of one or all, and purge."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import Service
+from app.api.openapi import problem_responses
+from app.api.schemas import PurgeResponse, QueueListResponse, QueueName, QueueStatsResponse
+from app.queue.models import QueueStats
+
+router = APIRouter(prefix="/v1/queues", tags=["queues"])
+
+
+def _stats_response(stats: QueueStats) -> QueueStatsResponse:
+    return QueueStatsResponse(
+        queue=stats.queue,
+        messages=stats.messages,
+        ready=stats.ready,
+        scheduled=stats.scheduled,
+        leased=stats.leased,
+        oldest_ready_at=stats.oldest_ready_at,
+        next_scheduled_at=stats.next_scheduled_at,
+    )
+
+
+@router.get("", summary="Every queue that holds messages, with its stats", responses=problem_responses(503))
+async def list_queues(service: Service) -> QueueListResponse:
+    return QueueListResponse(queues=[_stats_response(stats) for stats in await service.list_queues()])
+
+
+@router.get("/{queue}", summary="A queue's stats (zeros for an unknown queue)", responses=problem_responses(422, 503))
+async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
+    return _stats_response(await service.stats(queue))
+
+
+@router.delete(
+    "/{queue}",
+    summary="Delete every message of the queue; `confirm` must repeat its name",
+    responses=problem_responses(400, 422, 503),
+)
+async def purge_queue(
+    queue: QueueName,
+    service: Service,
+    confirm: Annotated[str | None, Query(description="The queue's name, again")] = None,
+) -> PurgeResponse:
+    return PurgeResponse(deleted=await service.purge(queue, confirm))

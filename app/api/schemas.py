@@ -1,0 +1,232 @@
+"""The HTTP contract: request and response bodies, names and times, as pydantic models.
+
+Times travel as RFC 3339 strings in UTC with milliseconds; inside they are
+epoch milliseconds. Durations are seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from fastapi import Path
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    WithJsonSchema,
+    model_validator,
+)
+
+from app.queue.models import IfExists, Outcome, State
+from app.queue.service import When
+
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
+KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
+MAX_LEASE_SECONDS = 12 * 3600
+# Far enough for any reminder, near enough that every due time prints as a date.
+MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
+MAX_BATCH = 1000
+MAX_POLL = 1000
+MAX_WAIT_SECONDS = 20
+
+QueueName = Annotated[
+    str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
+]
+MessageKey = Annotated[
+    str, Path(pattern=KEY_PATTERN, description="Key: 1-200 characters, no control characters; may contain `/`")
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def format_timestamp(epoch_ms: int) -> str:
+    """`2026-11-26T09:00:00.000Z` for an epoch-millisecond instant."""
+    moment = _EPOCH + timedelta(milliseconds=epoch_ms)
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}."
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    """Epoch milliseconds of an aware datetime (sub-millisecond digits dropped)."""
+    return (moment - _EPOCH) // _MILLISECOND
+
+
+def seconds_to_ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+Timestamp = Annotated[
+    int,
+    PlainSerializer(format_timestamp, return_type=str),
+    WithJsonSchema(
+        {"type": "string", "format": "date-time", "example": "2026-11-26T09:00:00.000Z"},
+        mode="serialization",
+    ),
+]
+Seconds = Annotated[float, Field(description="seconds")]
+
+
+class _Request(BaseModel):
+    # A typo such as `delay_seconds` must not silently mean "now".
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Scheduled(_Request):
+    payload: JsonValue = Field(description="Any JSON value")
+    scheduled_at: AwareDatetime | None = Field(
+        None, description="When the message is due (RFC 3339 with a zone); may be in the past"
+    )
+    delay: float | None = Field(
+        None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the message is due"
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_say_when(self) -> _Scheduled:
+        if self.scheduled_at is not None and self.delay is not None:
+            raise ValueError("give either scheduled_at or delay, not both")
+        return self
+
+    def when(self) -> When:
+        if self.scheduled_at is not None:
+            return When(scheduled_at=to_epoch_ms(self.scheduled_at))
+        if self.delay is not None:
+            return When(delay=seconds_to_ms(self.delay))
+        return When()
+
+
+class UpdateMessage(_Scheduled):
+    """Body of `POST …/messages/{key}` (update only) and `POST …/messages` (new key)."""
+
+
+class PutMessage(_Scheduled):
+    """Body of `PUT …/messages/{key}`."""
+
+    if_exists: IfExists = Field(
+        IfExists.UPDATE, description="When the key exists: `update` it, or `ignore` this offer"
+    )
+
+
+class BatchItem(_Scheduled):
+    key: str = Field(pattern=KEY_PATTERN)
+    if_exists: IfExists | None = Field(None, description="Overrides the batch's `if_exists`")
+
+
+class BatchRequest(_Request):
+    messages: list[BatchItem] = Field(min_length=1, max_length=MAX_BATCH)
+    if_exists: IfExists = IfExists.UPDATE
+
+
+class PollRequest(_Request):
+    max: int = Field(1, ge=1, le=MAX_POLL, description="At most this many messages")
+    wait: float = Field(
+        0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a message when none is due"
+    )
+    lease: float | None = Field(
+        None, ge=1, le=MAX_LEASE_SECONDS, description="Seconds before unacknowledged messages come back"
+    )
+
+
+class ExtendRequest(_Request):
+    lease: float = Field(ge=1, le=MAX_LEASE_SECONDS, description="New lease, in seconds from now")
+
+
+class ReleaseRequest(_Request):
+    delay: float = Field(
+        0, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the messages are due again"
+    )
+
+
+class OfferResponse(BaseModel):
+    queue: str
+    key: str
+    outcome: Outcome
+    scheduled_at: Timestamp
+
+
+class MessageResponse(BaseModel):
+    queue: str
+    key: str
+    payload: JsonValue
+    scheduled_at: Timestamp = Field(description="When next due; for a leased message, when its lease ends")
+    scheduled_at_initially: Timestamp = Field(description="When the producer asked for it")
+    created_at: Timestamp
+    state: State
+
+
+class Delivery(StrEnum):
+    FIRST = "first"
+    REDELIVERY = "redelivery"
+
+
+class DeliveredMessage(MessageResponse):
+    delivery: Delivery
+    lease_expires_at: Timestamp
+
+
+class PollResponse(BaseModel):
+    lock_id: str | None = Field(description="Acknowledge, extend or release the messages with it")
+    messages: list[DeliveredMessage]
+
+
+class BatchResult(BaseModel):
+    key: str
+    outcome: Outcome
+
+
+class BatchResponse(BaseModel):
+    results: list[BatchResult]
+    created: int
+    updated: int
+    ignored: int
+
+
+class ExtendResponse(BaseModel):
+    lease_expires_at: Timestamp
+
+
+class QueueStatsResponse(BaseModel):
+    queue: str
+    messages: int
+    ready: int = Field(description="Due and not leased (an ended lease counts as ready)")
+    scheduled: int = Field(description="Not yet due")
+    leased: int
+    oldest_ready_at: Timestamp | None
+    next_scheduled_at: Timestamp | None
+
+
+class QueueListResponse(BaseModel):
+    queues: list[QueueStatsResponse]
+
+
+class PurgeResponse(BaseModel):
+    deleted: int
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready"]
+    schema_revision: str
+
+
+class Problem(BaseModel):
+    """An error, as `application/problem+json` (RFC 9457)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str

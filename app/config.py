@@ -1,0 +1,45 @@
+"""Settings: the only place that reads the environment."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Plain URLs users write, mapped to the SQLAlchemy driver we ship for them.
+_DRIVER_SCHEMES = {
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "mysql": "mysql+mysqldb",
+    "mariadb": "mariadb+mysqldb",
+}
+
+
+def normalize_database_url(url: str) -> str:
+    """Map `postgresql://…`, `postgres://…`, `mysql://…` and `mariadb://…` to our drivers."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        raise ValueError(f"not a database URL: {url!r}")
+    return f"{_DRIVER_SCHEMES.get(scheme, scheme)}://{rest}"
+
+
+class Settings(BaseSettings):
+    """Service configuration, from `HOURGLASS_*` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="HOURGLASS_", extra="ignore", frozen=True)
+
+    database_url: str = "sqlite:///./hourglass.db"
+    default_lease: float = Field(300.0, ge=1, le=43200, description="seconds")
+    max_payload_bytes: int = Field(262_144, ge=1)
+    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    api_tokens: str = ""
+    auto_migrate: bool = True
+    pool_size: int = Field(10, ge=1, description="database connections kept open")
+    pool_overflow: int = Field(10, ge=0, description="extra connections allowed under load")
+    # Long polls wake at once on offers made through this process; this bounds how
+    # late they notice messages offered through another replica.
+    poll_recheck_seconds: float = Field(1.0, gt=0, le=20)
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalize_url(cls, value: str) -> str:
+        return normalize_database_url(value)

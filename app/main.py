@@ -1,0 +1,67 @@
+"""create_app(settings): the FastAPI application; its lifespan owns the engine and the service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api.errors import install_error_handlers
+from app.api.limits import BodySizeLimit
+from app.api.openapi import install_openapi
+from app.api.routes import health, locks, messages, queues
+from app.clock import Clock, SystemClock
+from app.config import Settings
+from app.metrics import Metrics
+from app.queue.service import QueueService
+from app.storage.engine import create_store
+
+DESCRIPTION = """\
+Hourglass delivers messages at a time in the future. Producers offer a message
+under a unique key; workers poll for due messages, receive them under a lease
+(a lock id) and acknowledge them; a message whose lease runs out is delivered again.
+
+Times are RFC 3339 strings in UTC with milliseconds; durations are seconds.
+Errors are `application/problem+json`.
+"""
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The application for `settings` (default: from the environment)."""
+    settings = settings or Settings()
+    clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = create_store(settings)
+        service = QueueService(
+            store,
+            clock,
+            default_lease_seconds=settings.default_lease,
+            max_payload_bytes=settings.max_payload_bytes,
+            poll_recheck_seconds=settings.poll_recheck_seconds,
+            threads=settings.pool_size + settings.pool_overflow,
+        )
+        app.state.service = service
+        try:
+            yield
+        finally:
+            await service.close()
+            store.engine.dispose()
+
+    app = FastAPI(
+        title="Hourglass",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    install_error_handlers(app)
+    install_openapi(app)
+    for module in (messages, locks, queues, health):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,23 @@
+"""Prometheus collectors on an injectable registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Info, generate_latest
+
+from app import __version__
+
+
+class Metrics:
+    """The service's collectors. One instance per app, so tests get fresh counters."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        Info("hourglass_build", "The running release", registry=self.registry).info(
+            {"version": __version__}
+        )
+
+    def exposition(self) -> bytes:
+        """Every collector's samples in the Prometheus text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,31 @@
+"""The domain's exceptions; the API maps each to one status code."""
+
+from __future__ import annotations
+
+
+class HourglassError(Exception):
+    """Base of every error the service reports to a client."""
+
+
+class MessageNotFound(HourglassError):
+    """No message with that key in that queue."""
+
+
+class LockNotFound(HourglassError):
+    """The lock id holds no message: acknowledged, lease lost, or updated since."""
+
+
+class InvalidPayload(HourglassError):
+    """A payload that is not a JSON value (NaN, Infinity)."""
+
+
+class PayloadTooLarge(HourglassError):
+    """An encoded payload is larger than the configured limit."""
+
+
+class PurgeNotConfirmed(HourglassError):
+    """A purge did not repeat the queue's name in `confirm`."""
+
+
+class StorageUnavailable(HourglassError):
+    """The database cannot be reached or did not answer in time; worth retrying."""

@@ -1,0 +1,214 @@
+"""The queue's rules over a Store and a Clock: offers, polls (long or not), leases, stats.
+
+Storage calls block, so they run on a thread pool sized like the connection
+pool; the event loop only waits. A long poll waits on the Notifier, holding no
+database connection while it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from app.clock import Clock
+from app.queue.errors import LockNotFound, MessageNotFound, PurgeNotConfirmed
+from app.queue.models import IfExists, Lease, Message, Offer, Outcome, QueueStats
+from app.queue.notifier import Notifier
+from app.queue.payloads import encode_payload
+from app.storage.store import Store
+
+T = TypeVar("T")
+
+# When a poll finds due messages that other polls hold (SKIP LOCKED), they are
+# usually released within milliseconds; look again after this long.
+_HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """When a message is due: at `scheduled_at` (epoch ms), after `delay` (ms), or now."""
+
+    scheduled_at: int | None = None
+    delay: int | None = None
+
+    def resolve(self, now: int) -> int:
+        if self.scheduled_at is not None:
+            return self.scheduled_at
+        return now + (self.delay or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class OfferRequest:
+    """One message as a producer sends it."""
+
+    key: str
+    payload: Any
+    when: When = When()
+    if_exists: IfExists = IfExists.UPDATE
+
+
+@dataclass(frozen=True, slots=True)
+class OfferResult:
+    queue: str
+    key: str
+    outcome: Outcome
+    scheduled_at: int
+
+
+class QueueService:
+    """Everything a client can ask of the queue, as async methods."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        default_lease_seconds: float,
+        max_payload_bytes: int,
+        poll_recheck_seconds: float,
+        threads: int,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.default_lease_ms = round(default_lease_seconds * 1000)
+        self.max_payload_bytes = max_payload_bytes
+        self.poll_recheck_seconds = poll_recheck_seconds
+        self.notifier = Notifier()
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+
+    async def close(self) -> None:
+        """End waiting polls and wait for storage calls in flight."""
+        self.notifier.close()
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+
+    # -- offers -------------------------------------------------------------------
+
+    async def offer(self, queue: str, request: OfferRequest) -> OfferResult:
+        """Create the message, or update or ignore it when its key exists."""
+        return await self._offer(queue, request, can_create=True)
+
+    async def update(self, queue: str, request: OfferRequest) -> OfferResult:
+        """Update an existing message; MessageNotFound when there is none."""
+        return await self._offer(queue, request, can_create=False)
+
+    async def offer_new(self, queue: str, payload: Any, when: When) -> OfferResult:
+        """Create a message under a generated key."""
+        return await self.offer(queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when))
+
+    async def _offer(self, queue: str, request: OfferRequest, *, can_create: bool) -> OfferResult:
+        now = self.clock.now_ms()
+        offer = self._to_offer(request, now)
+        outcome = await self._run(
+            partial(self.store.messages_offer, queue, offer, now, can_create=can_create)
+        )
+        if outcome is None:
+            raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
+        if outcome is not Outcome.IGNORED:
+            self.notifier.notify(queue)
+        return OfferResult(queue, request.key, outcome, offer.scheduled_at)
+
+    async def offer_many(self, queue: str, requests: Sequence[OfferRequest]) -> list[Outcome]:
+        """Offer a batch: every payload is checked before anything is written."""
+        now = self.clock.now_ms()
+        offers = [self._to_offer(request, now) for request in requests]
+        outcomes = await self._run(partial(self.store.messages_offer_many, queue, offers, now))
+        if any(outcome is not Outcome.IGNORED for outcome in outcomes):
+            self.notifier.notify(queue)
+        return outcomes
+
+    def _to_offer(self, request: OfferRequest, now: int) -> Offer:
+        return Offer(
+            key=request.key,
+            payload=encode_payload(request.payload, self.max_payload_bytes),
+            scheduled_at=request.when.resolve(now),
+            if_exists=request.if_exists,
+        )
+
+    # -- one message ----------------------------------------------------------------
+
+    async def get(self, queue: str, key: str) -> Message:
+        message = await self._run(partial(self.store.messages_get, queue, key))
+        if message is None:
+            raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
+        return message
+
+    async def delete(self, queue: str, key: str) -> None:
+        if not await self._run(partial(self.store.messages_delete, queue, key)):
+            raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
+
+    # -- polling and leases ----------------------------------------------------------
+
+    async def poll(
+        self, queue: str, *, limit: int = 1, lease_seconds: float | None = None, wait_seconds: float = 0
+    ) -> Lease | None:
+        """Lease up to `limit` due messages; with a wait, until one is due or the wait ends."""
+        lease_ms = self.default_lease_ms if lease_seconds is None else round(lease_seconds * 1000)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        while True:
+            ticket = self.notifier.ticket(queue)
+            lease = await self._claim(queue, limit, lease_ms)
+            remaining = deadline - loop.time()
+            if lease is not None or remaining <= 0 or self.notifier.closed:
+                return lease
+            next_due = await self._run(partial(self.store.queue_next_due, queue))
+            timeout = min(remaining, self.poll_recheck_seconds)
+            if next_due is not None:
+                until_due = (next_due - self.clock.now_ms()) / 1000
+                timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
+            await self.notifier.wait(ticket, timeout)
+
+    async def _claim(self, queue: str, limit: int, lease_ms: int) -> Lease | None:
+        now = self.clock.now_ms()
+        lock_id = str(uuid.uuid4())
+        expires_at = now + lease_ms
+        deliveries = await self._run(
+            partial(self.store.messages_poll, queue, limit, lock_id, expires_at, now)
+        )
+        if not deliveries:
+            return None
+        return Lease(lock_id=lock_id, expires_at=expires_at, deliveries=tuple(deliveries))
+
+    async def acknowledge(self, queue: str, lock_id: str) -> None:
+        """Delete what the lock still holds."""
+        if not await self._run(partial(self.store.locks_acknowledge, queue, lock_id)):
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+
+    async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
+        """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
+        until = self.clock.now_ms() + round(lease_seconds * 1000)
+        if not await self._run(partial(self.store.locks_extend, queue, lock_id, until)):
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+        return until
+
+    async def release(self, queue: str, lock_id: str, delay_seconds: float = 0) -> None:
+        """Give the messages back, due again after `delay_seconds`, as redeliveries."""
+        at = self.clock.now_ms() + round(delay_seconds * 1000)
+        if not await self._run(partial(self.store.locks_release, queue, lock_id, at)):
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+        self.notifier.notify(queue)
+
+    # -- queues ------------------------------------------------------------------------
+
+    async def stats(self, queue: str) -> QueueStats:
+        return await self._run(partial(self.store.queue_stats, queue, self.clock.now_ms()))
+
+    async def list_queues(self) -> list[QueueStats]:
+        return await self._run(partial(self.store.queues_stats, self.clock.now_ms()))
+
+    async def purge(self, queue: str, confirm: str | None) -> int:
+        """Delete every message of the queue, if `confirm` repeats its name."""
+        if confirm != queue:
+            raise PurgeNotConfirmed(f"to purge, repeat the queue's name: ?confirm={queue}")
+        return await self._run(partial(self.store.queue_purge, queue))
+
+    async def schema_revision(self) -> str | None:
+        return await self._run(self.store.schema_revision)
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)

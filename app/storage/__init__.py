@@ -1,0 +1,1 @@
+"""Storage: the tables, the shared SQL, and what differs per database."""

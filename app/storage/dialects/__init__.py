@@ -1,0 +1,26 @@
+"""What differs between databases, one small module each; `for_engine_url` picks one."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+
+from app.storage.dialects.base import Dialect
+
+
+def for_engine_url(url: str) -> Dialect:
+    """The dialect for a SQLAlchemy URL (`postgresql+psycopg://…`, `sqlite:///…`)."""
+    backend = make_url(url).get_backend_name()
+    if backend == "postgresql":
+        from app.storage.dialects.postgresql import PostgreSQLDialect
+
+        return PostgreSQLDialect()
+    if backend == "sqlite":
+        from app.storage.dialects.sqlite import SQLiteDialect
+
+        return SQLiteDialect()
+    raise ValueError(
+        f"unsupported database {backend!r}: use PostgreSQL (postgresql://…) or SQLite (sqlite:///…)"
+    )
+
+
+__all__ = ["Dialect", "for_engine_url"]

@@ -1,0 +1,46 @@
+"""The dialect interface, with the behaviour most databases share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.dml import Insert
+
+from app.storage import sql
+
+
+class Dialect:
+    """What one database does differently; defaults fit databases without `UPDATE … RETURNING`."""
+
+    name = "generic"
+    # Execution options for a read or a single-statement write that needs no
+    # explicit transaction (one round trip where the driver supports it).
+    single_statement_options: dict[str, Any] = {}
+    # Execution options for a transaction that only reads.
+    read_options: dict[str, Any] = {}
+
+    def engine_options(self) -> dict[str, Any]:
+        """Extra keyword arguments for `create_engine`."""
+        return {}
+
+    def configure_engine(self, engine: Engine) -> None:
+        """Install per-connection set-up (pragmas, transaction modes) on a new engine."""
+
+    def insert_ignoring_duplicates(self, table: Table) -> Insert:
+        """An INSERT that skips rows whose unique key exists, and fails on any other error."""
+        raise NotImplementedError
+
+    def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
+        """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`."""
+        return sql.claim_select_then_update(connection, parameters)
+
+    def is_retryable(self, error: DBAPIError) -> bool:
+        """A transient conflict (deadlock, serialization failure): run the transaction again."""
+        return False
+
+    def is_unavailable(self, error: DBAPIError) -> bool:
+        """The database cannot be reached or cannot serve now: the client should retry later."""
+        return error.connection_invalidated

@@ -1,0 +1,74 @@
+"""PostgreSQL: ON CONFLICT DO NOTHING, and the poll as one UPDATE … FROM … RETURNING."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from sqlalchemy import Table, bindparam, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.dml import Insert
+
+from app.storage import sql
+from app.storage.dialects.base import Dialect
+from app.storage.tables import delayed_queue as queue_table
+
+# One round trip: lock the due rows (skipping those other polls hold), lease them,
+# and return each row with its scheduledAt from *before* the lease, which tells a
+# redelivery from a first delivery per message.
+_picked = (
+    sql.claim_candidates.with_only_columns(
+        sql.columns.id, sql.columns.scheduledAt.label("previous_scheduled_at")
+    )
+).subquery("picked")
+_claim = (
+    update(queue_table)
+    .where(sql.columns.id == _picked.c.id)
+    .values(scheduledAt=bindparam("lease_until"), lockUuid=bindparam("lock_id"))
+    .returning(
+        sql.columns.pKey,
+        sql.columns.payload,
+        _picked.c.previous_scheduled_at,
+        sql.columns.scheduledAtInitially,
+        sql.columns.createdAt,
+    )
+)
+
+# SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}
+
+
+class PostgreSQLDialect(Dialect):
+    name = "postgresql"
+    single_statement_options = {"isolation_level": "AUTOCOMMIT"}
+    read_options = {"isolation_level": "AUTOCOMMIT"}
+
+    def engine_options(self) -> dict[str, Any]:
+        return {"connect_args": {"connect_timeout": 5}}
+
+    def insert_ignoring_duplicates(self, table: Table) -> Insert:
+        return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+
+    def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
+        return [
+            sql.ClaimedRow(
+                key=row.pKey,
+                payload=row.payload,
+                previous_scheduled_at=row.previous_scheduled_at,
+                scheduled_at_initially=row.scheduledAtInitially,
+                created_at=row.createdAt,
+            )
+            for row in connection.execute(_claim, parameters)
+        ]
+
+    def is_retryable(self, error: DBAPIError) -> bool:
+        return getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES
+
+    def is_unavailable(self, error: DBAPIError) -> bool:
+        # Connection failures, admin shutdown, cancelled statements: all OperationalError.
+        if error.connection_invalidated:
+            return True
+        driver_error = (psycopg.OperationalError, psycopg.InterfaceError)
+        return isinstance(error.orig, driver_error) and not self.is_retryable(error)

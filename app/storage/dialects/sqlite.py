@@ -1,0 +1,51 @@
+"""SQLite: no row locks, so every write transaction starts with BEGIN IMMEDIATE."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Table, event
+from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.dml import Insert
+
+from app.storage.dialects.base import Dialect
+
+# How long a writer waits for another to finish before reporting "database is locked".
+_BUSY_TIMEOUT_MS = 5000
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+    read_options = {"sqlite_read_only": True}
+
+    def engine_options(self) -> dict[str, Any]:
+        return {"connect_args": {"check_same_thread": False, "timeout": _BUSY_TIMEOUT_MS / 1000}}
+
+    def configure_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+            # Take transaction control away from the sqlite3 module (it would only
+            # BEGIN before DML, deferred), and let the "begin" hook below do it.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            # Writers serialise at BEGIN, so a claim's select and update see no
+            # other writer in between. Readers in WAL mode block nobody.
+            read_only = connection.get_execution_options().get("sqlite_read_only", False)
+            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    def insert_ignoring_duplicates(self, table: Table) -> Insert:
+        return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+
+    def is_unavailable(self, error: DBAPIError) -> bool:
+        # "database is locked" after the busy timeout, disk I/O errors, unopenable files.
+        return error.connection_invalidated or isinstance(error.orig, sqlite3.OperationalError)

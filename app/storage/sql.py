@@ -1,0 +1,153 @@
+"""The documented statements, built once as Core objects with bound parameters.
+
+Every dialect runs these; a dialect module replaces only the clause it must
+(the insert that ignores duplicates, the one-statement claim on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, case, delete, func, null, select, update
+from sqlalchemy.engine import Connection
+
+from app.storage.tables import delayed_queue as queue_table
+
+columns = queue_table.c
+
+_in_queue = columns.pKind == bindparam("queue")
+_by_key = (columns.pKey == bindparam("key")) & _in_queue
+_by_lock = (columns.lockUuid == bindparam("lock_id")) & _in_queue
+_is_due = columns.scheduledAt <= bindparam("now")
+
+# Offer, the update path: lock the row, then compare-and-swap on the values read.
+# An update rewrites payload and schedule and clears the lock, so the current
+# holder's acknowledgement no longer deletes the new message.
+offer_select_for_update = (
+    select(columns.payload, columns.scheduledAtInitially, columns.createdAt)
+    .where(_by_key)
+    .with_for_update()
+)
+offer_update = (
+    update(queue_table)
+    .where(
+        _by_key,
+        columns.scheduledAtInitially == bindparam("old_scheduled_at_initially"),
+        columns.createdAt == bindparam("old_created_at"),
+    )
+    .values(
+        payload=bindparam("new_payload"),
+        scheduledAt=bindparam("new_scheduled_at"),
+        scheduledAtInitially=bindparam("new_scheduled_at"),
+        createdAt=bindparam("now"),
+        lockUuid=null(),
+    )
+)
+
+# Batch offer: which of these keys exist already.
+existing_keys = select(columns.pKey).where(
+    _in_queue, columns.pKey.in_(bindparam("keys", expanding=True))
+)
+
+# Poll: the due rows, oldest first, skipping rows another transaction holds.
+claim_candidates = (
+    select(
+        columns.id,
+        columns.pKey,
+        columns.payload,
+        columns.scheduledAt,
+        columns.scheduledAtInitially,
+        columns.createdAt,
+    )
+    .where(_in_queue, _is_due)
+    .order_by(columns.scheduledAt)
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)
+)
+claim_update = (
+    update(queue_table)
+    .where(columns.id.in_(bindparam("ids", expanding=True)))
+    .values(scheduledAt=bindparam("lease_until"), lockUuid=bindparam("lock_id"))
+)
+
+# Acknowledge, extend, release: whatever the lock still holds in this queue.
+lock_acknowledge = delete(queue_table).where(_by_lock)
+lock_extend = update(queue_table).where(_by_lock).values(scheduledAt=bindparam("until"))
+# A released message must come back as a redelivery, and redelivery is read as
+# scheduledAt != scheduledAtInitially. They can only match when released with no
+# delay in the very millisecond it first came due: then make it due 1 ms earlier,
+# which changes nothing for a message that is due now anyway.
+lock_release = (
+    update(queue_table)
+    .where(_by_lock)
+    .values(
+        scheduledAt=case(
+            (columns.scheduledAtInitially == bindparam("at"), bindparam("at") - 1),
+            else_=bindparam("at"),
+        ),
+        lockUuid=null(),
+    )
+)
+
+message_get = select(
+    columns.pKey,
+    columns.payload,
+    columns.scheduledAt,
+    columns.scheduledAtInitially,
+    columns.createdAt,
+    columns.lockUuid.is_not(None).label("locked"),
+).where(_by_key)
+message_delete = delete(queue_table).where(_by_key)
+
+# When a queue next has something to deliver (a due message or an ending lease).
+queue_next_due = select(func.min(columns.scheduledAt)).where(_in_queue)
+queue_purge = delete(queue_table).where(_in_queue)
+
+
+def _count(condition) -> object:
+    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+
+_ready = _is_due
+_leased = ~_is_due & columns.lockUuid.is_not(None)
+_scheduled = ~_is_due & columns.lockUuid.is_(None)
+_queue_stats_columns = (
+    columns.pKind,
+    func.count().label("messages"),
+    _count(_ready).label("ready"),
+    _count(_scheduled).label("scheduled"),
+    _count(_leased).label("leased"),
+    func.min(case((_ready, columns.scheduledAt))).label("oldest_ready_at"),
+    func.min(case((_scheduled, columns.scheduledAt))).label("next_scheduled_at"),
+)
+queue_stats = select(*_queue_stats_columns).where(_in_queue).group_by(columns.pKind)
+queues_stats = select(*_queue_stats_columns).group_by(columns.pKind).order_by(columns.pKind)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    """A row taken by a poll, with `scheduledAt` as it was before the poll."""
+
+    key: str
+    payload: bytes
+    previous_scheduled_at: int
+    scheduled_at_initially: int
+    created_at: int
+
+
+def claim_select_then_update(connection: Connection, parameters: dict) -> list[ClaimedRow]:
+    """Poll for databases without `UPDATE … RETURNING`: select, then update, in one transaction."""
+    rows = connection.execute(claim_candidates, parameters).all()
+    if not rows:
+        return []
+    connection.execute(claim_update, {**parameters, "ids": [row.id for row in rows]})
+    return [
+        ClaimedRow(
+            key=row.pKey,
+            payload=row.payload,
+            previous_scheduled_at=row.scheduledAt,
+            scheduled_at_initially=row.scheduledAtInitially,
+            created_at=row.createdAt,
+        )
+        for row in rows
+    ]

@@ -1,0 +1,44 @@
+"""The database tables as SQLAlchemy Core objects; Alembic's target metadata."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+)
+from sqlalchemy.dialects import mysql
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+_ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+# MariaDB's plain BLOB stops at 64 KiB; payloads may be up to the configured limit.
+_PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+# The seed design's table, column for column. Times are epoch milliseconds.
+# `pKind` is the queue name. `scheduledAt` is when the row is next due: for a
+# leased row, when its lease runs out. `lockUuid` is the lease holder, if any.
+delayed_queue = Table(
+    "delayed_queue",
+    metadata,
+    Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    Column("pKey", String(200), nullable=False),
+    Column("pKind", String(100), nullable=False),
+    Column("payload", _PAYLOAD_TYPE, nullable=False),
+    Column("scheduledAt", BigInteger, nullable=False),
+    Column("scheduledAtInitially", BigInteger, nullable=False),
+    Column("createdAt", BigInteger, nullable=False),
+    Column("lockUuid", String(36), nullable=True),
+    Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
+    Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
+    Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)

@@ -1,0 +1,1 @@
+"""One schema change per revision; applied revisions are never edited."""

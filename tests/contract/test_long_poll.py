@@ -1,0 +1,89 @@
+"""Long polling: wakes on offers and due times, ends empty on time, holds no connection."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.helpers import keys_of, poll, put
+
+# Generous bounds for "returned long before its wait ran out" on a loaded machine.
+WAIT = 20
+RETURNED_EARLY = 10
+
+
+class WaitingPolls:
+    """Counts polls that have found nothing and started waiting, for tests to wait on."""
+
+    def __init__(self, service) -> None:
+        self._condition = threading.Condition()
+        self._count = 0
+        notifier = service.notifier
+        original_wait = notifier.wait
+
+        async def counted_wait(ticket, timeout):
+            with self._condition:
+                self._count += 1
+                self._condition.notify_all()
+            await original_wait(ticket, timeout)
+
+        notifier.wait = counted_wait
+
+    def wait_for(self, count: int, timeout: float = RETURNED_EARLY) -> None:
+        with self._condition:
+            assert self._condition.wait_for(lambda: self._count >= count, timeout), (
+                f"{self._count} polls waiting, expected {count}"
+            )
+
+
+@pytest.fixture
+def long_poll_client(settings, clock):
+    with TestClient(create_app(settings, clock=clock)) as client:
+        yield client, WaitingPolls(client.app.state.service)
+
+
+def test_a_waiting_poll_wakes_when_a_message_is_offered(long_poll_client):
+    client, waiting = long_poll_client
+    with ThreadPoolExecutor(1) as pool:
+        result = pool.submit(poll, client, "q", wait=WAIT)
+        waiting.wait_for(1)
+        assert put(client, "q", "k", "hello").status_code == 201
+        polled = result.result(timeout=RETURNED_EARLY)
+    assert keys_of(polled) == ["k"]
+    assert polled["messages"][0]["payload"] == "hello"
+
+
+def test_a_waiting_poll_wakes_when_a_message_comes_due(long_poll_client, clock):
+    client, waiting = long_poll_client
+    put(client, "q", "k", 1, delay=0.5)
+    with ThreadPoolExecutor(1) as pool:
+        result = pool.submit(poll, client, "q", wait=WAIT)
+        waiting.wait_for(1)
+        clock.advance(0.5)
+        assert keys_of(result.result(timeout=RETURNED_EARLY)) == ["k"]
+
+
+def test_a_wait_that_runs_out_answers_empty(client):
+    put(client, "other", "k", 1)
+    assert poll(client, "q", wait=0.2) == {"lock_id": None, "messages": []}
+
+
+def test_waiting_polls_hold_no_database_connection(clean_database, clock):
+    # One connection and one storage thread for the whole app: if a waiting poll
+    # held either, the offers below could not run until the polls gave up.
+    settings = clean_database.settings(pool_size=1, pool_overflow=0)
+    pollers = 5
+    with TestClient(create_app(settings, clock=clock)) as client:
+        waiting = WaitingPolls(client.app.state.service)
+        with ThreadPoolExecutor(pollers) as pool:
+            results = [pool.submit(poll, client, "q", wait=WAIT) for _ in range(pollers)]
+            waiting.wait_for(pollers)
+            assert client.get("/v1/queues/q").json()["messages"] == 0
+            for index in range(pollers):
+                assert put(client, "q", f"k{index}", index).status_code == 201
+            delivered = [key for result in results for key in keys_of(result.result(timeout=RETURNED_EARLY))]
+    assert sorted(delivered) == [f"k{index}" for index in range(pollers)]

@@ -1,0 +1,129 @@
+"""Bad input: a clear 4xx as problem+json, and nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import put, stored_rows
+
+
+def _assert_problem(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert {"type", "title", "detail"} <= body.keys()
+    return body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},  # no payload
+        {"payload": 1, "delay_seconds": 5},  # unknown field: a typo must not mean "now"
+        {"payload": 1, "delay": -1},
+        {"payload": 1, "delay": "soon"},
+        {"payload": 1, "delay": 5, "scheduled_at": "2026-11-26T09:00:00Z"},
+        {"payload": 1, "scheduled_at": "2026-11-26T09:00:00"},  # no zone
+        {"payload": 1, "scheduled_at": "next friday"},
+        {"payload": 1, "if_exists": "replace"},
+        {"payload": 1, "delay": 1e12},
+    ],
+)
+def test_invalid_offer_bodies_are_422(client, clean_database, body):
+    _assert_problem(client.put("/v1/queues/q/messages/k", json=body), 422)
+    assert stored_rows(clean_database.url) == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/queues/bad!/messages/k",
+        "/v1/queues/.dot/messages/k",
+        f"/v1/queues/{'q' * 101}/messages/k",
+        f"/v1/queues/q/messages/{'k' * 201}",
+        "/v1/queues/q/messages/tab%09in",
+        "/v1/queues/q/messages/nel%C2%85in",  # U+0085 is a C1 control character
+        "/v1/queues/q/messages/",
+    ],
+)
+def test_invalid_names_are_422(client, clean_database, path):
+    _assert_problem(client.put(path, json={"payload": 1}), 422)
+    assert stored_rows(clean_database.url) == []
+
+
+def test_malformed_json_is_422(client, clean_database):
+    response = client.put(
+        "/v1/queues/q/messages/k", content=b'{"payload": ', headers={"content-type": "application/json"}
+    )
+    _assert_problem(response, 422)
+    assert stored_rows(clean_database.url) == []
+
+
+def test_nan_payload_is_422(client, clean_database):
+    response = client.put(
+        "/v1/queues/q/messages/k", content=b'{"payload": NaN}', headers={"content-type": "application/json"}
+    )
+    _assert_problem(response, 422)
+    assert stored_rows(clean_database.url) == []
+
+
+def test_payload_over_the_limit_is_413(clean_database, clock):
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    settings = clean_database.settings(max_payload_bytes=100)
+    with TestClient(create_app(settings, clock=clock)) as client:
+        assert put(client, "q", "fits", "x" * 98).status_code == 201  # 100 bytes with quotes
+        body = _assert_problem(put(client, "q", "k", "x" * 99), 413)
+        assert "101 bytes" in body["detail"]
+    assert [row["pKey"] for row in stored_rows(clean_database.url)] == ["fits"]
+
+
+def test_request_over_the_limit_is_413_with_or_without_content_length(clean_database, clock):
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    settings = clean_database.settings(max_request_bytes=1000)
+    body = b'{"payload": "' + b"x" * 2000 + b'"}'
+    with TestClient(create_app(settings, clock=clock)) as client:
+        declared = client.put(
+            "/v1/queues/q/messages/k", content=body, headers={"content-type": "application/json"}
+        )
+        _assert_problem(declared, 413)
+
+        def chunks():
+            for start in range(0, len(body), 100):
+                yield body[start : start + 100]
+
+        streamed = client.put(
+            "/v1/queues/q/messages/k", content=chunks(), headers={"content-type": "application/json"}
+        )
+        _assert_problem(streamed, 413)
+    assert stored_rows(clean_database.url) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"max": 0}, {"max": 1001}, {"wait": -1}, {"wait": 21}, {"lease": 0.5}, {"lease": 43201}, {"mx": 1}],
+)
+def test_invalid_poll_bodies_are_422(client, body):
+    put(client, "q", "k", 1)
+    _assert_problem(client.post("/v1/queues/q/poll", json=body), 422)
+    assert client.get("/v1/queues/q/messages/k").json()["state"] == "ready"
+
+
+def test_invalid_extend_and_release_bodies_are_422(client):
+    put(client, "q", "k", 1)
+    lock = client.post("/v1/queues/q/poll", json={"lease": 30}).json()["lock_id"]
+    _assert_problem(client.patch(f"/v1/queues/q/locks/{lock}", json={}), 422)
+    _assert_problem(client.patch(f"/v1/queues/q/locks/{lock}", json={"lease": 0}), 422)
+    _assert_problem(client.post(f"/v1/queues/q/locks/{lock}/release", json={"delay": -1}), 422)
+    assert client.get("/v1/queues/q/messages/k").json()["state"] == "leased"
+
+
+def test_unknown_route_and_method_are_problems(client):
+    _assert_problem(client.get("/v2/nothing"), 404)
+    _assert_problem(client.put("/v1/queues/q/poll", json={}), 405)
