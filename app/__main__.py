@@ -19,12 +19,15 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
 
     if settings.auto_migrate:
         upgrade_to_head(settings.database_url)
+    # Readiness probes read the schema revision; Alembic would log each read.
+    logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
     uvicorn.run(
         create_app(settings),
         host=arguments.host,
         port=arguments.port,
         log_level=arguments.log_level,
         timeout_graceful_shutdown=arguments.graceful_shutdown,
+        access_log=arguments.access_log,
     )
 
 
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         "--graceful-shutdown", type=float, default=25, metavar="SECONDS",
         help="on SIGTERM, how long in-flight requests may take to finish",
     )
+    serve.add_argument(
+        "--access-log", action=argparse.BooleanOptionalAction, default=True,
+        help="log every request (default: on)",
+    )
     serve.set_defaults(run=_serve)
 
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this release")
@@ -62,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
 
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     arguments.run(arguments, Settings())
 
 

@@ -1,0 +1,59 @@
+"""The service as a real process on a free port, for tests that need real HTTP and real crashes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STARTUP_TIMEOUT = 60
+STOP_TIMEOUT = 30
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def running_server(database_url: str, **environment: str) -> Iterator[str]:
+    """`hourglass serve` against `database_url`; yields its base URL once it accepts requests."""
+    port = free_port()
+    env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url, **environment}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-access-log"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = threading.Event()
+    output: list[str] = []
+
+    def read_output() -> None:
+        # Keep draining stderr so the server never blocks on a full pipe.
+        assert process.stderr is not None
+        for line in process.stderr:
+            output.append(line)
+            if "Uvicorn running on" in line:
+                started.set()
+        started.set()  # the process ended: stop waiting
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    try:
+        if not started.wait(STARTUP_TIMEOUT) or process.poll() is not None:
+            raise RuntimeError("the server did not start:\n" + "".join(output))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(STOP_TIMEOUT)

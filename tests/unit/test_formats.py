@@ -1,0 +1,90 @@
+"""Pure conversions: times, payloads, database URLs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from app.api.schemas import format_timestamp, to_epoch_ms
+from app.config import Settings, normalize_database_url
+from app.queue.errors import InvalidPayload, PayloadTooLarge
+from app.queue.payloads import decode_payload, encode_payload
+from app.storage.dialects import for_engine_url
+
+
+@pytest.mark.parametrize(
+    ("epoch_ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_795_683_600_000, "2026-11-26T09:00:00.000Z"),
+        (1_795_683_600_007, "2026-11-26T09:00:00.007Z"),
+        (-1, "1969-12-31T23:59:59.999Z"),
+        (-62_135_596_800_000, "0001-01-01T00:00:00.000Z"),
+    ],
+)
+def test_timestamps_print_in_utc_with_milliseconds(epoch_ms, text):
+    assert format_timestamp(epoch_ms) == text
+
+
+def test_aware_datetimes_become_epoch_milliseconds():
+    assert to_epoch_ms(datetime(2026, 11, 26, 11, 0, tzinfo=timezone(timedelta(hours=2)))) == 1_795_683_600_000
+    # Sub-millisecond digits are dropped, also before 1970.
+    assert to_epoch_ms(datetime(1970, 1, 1, 0, 0, 0, 999, tzinfo=UTC)) == 0
+    assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)) == -1
+
+
+def test_payloads_encode_compactly_and_round_trip():
+    value = {"b": [1, 2.5, None, True], "a": "é ☃"}
+    encoded = encode_payload(value, 1000)
+    assert encoded == '{"b":[1,2.5,null,true],"a":"é ☃"}'.encode()
+    assert decode_payload(encoded) == value
+
+
+def test_payload_limit_counts_encoded_bytes():
+    assert encode_payload("é" * 4, 10) == '"éééé"'.encode()  # 10 bytes
+    with pytest.raises(PayloadTooLarge):
+        encode_payload("é" * 5, 10)
+
+
+def test_nan_is_not_a_payload():
+    with pytest.raises(InvalidPayload):
+        encode_payload(float("nan"), 100)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgres://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("sqlite:///./hourglass.db", "sqlite:///./hourglass.db"),
+        ("mysql://root@h/db", "mysql+mysqldb://root@h/db"),
+        ("mariadb://root@h/db", "mariadb+mysqldb://root@h/db"),
+    ],
+)
+def test_plain_database_urls_map_to_our_drivers(url, expected):
+    assert normalize_database_url(url) == expected
+
+
+def test_settings_read_the_environment(monkeypatch):
+    monkeypatch.setenv("HOURGLASS_DATABASE_URL", "postgresql://root@db/hourglass")
+    monkeypatch.setenv("HOURGLASS_DEFAULT_LEASE", "60")
+    monkeypatch.setenv("HOURGLASS_AUTO_MIGRATE", "false")
+    settings = Settings()
+    assert settings.database_url == "postgresql+psycopg://root@db/hourglass"
+    assert (settings.default_lease, settings.auto_migrate) == (60, False)
+    assert (settings.max_payload_bytes, settings.max_request_bytes) == (262_144, 16 * 1024 * 1024)
+
+
+def test_defaults_need_no_environment(monkeypatch):
+    for name in ("HOURGLASS_DATABASE_URL", "HOURGLASS_DEFAULT_LEASE", "HOURGLASS_AUTO_MIGRATE"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings()
+    assert settings.database_url == "sqlite:///./hourglass.db"
+    assert (settings.default_lease, settings.auto_migrate) == (300, True)
+
+
+def test_unsupported_databases_are_refused_with_a_clear_message():
+    with pytest.raises(ValueError, match="unsupported database"):
+        for_engine_url("oracle+oracledb://u@h/db")
