@@ -15,15 +15,7 @@ router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
 
 def _stats_response(stats: QueueStats) -> QueueStatsResponse:
-    return QueueStatsResponse(
-        queue=stats.queue,
-        messages=stats.messages,
-        ready=stats.ready,
-        scheduled=stats.scheduled,
-        leased=stats.leased,
-        oldest_ready_at=stats.oldest_ready_at,
-        next_scheduled_at=stats.next_scheduled_at,
-    )
+    return QueueStatsResponse.model_validate(stats, from_attributes=True)
 
 
 @router.get("", summary="Every queue that holds messages, with its stats", responses=problem_responses(503))
