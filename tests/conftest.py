@@ -1,14 +1,18 @@
 """Shared fixtures: the databases every contract test runs on, a fake clock, clean tables.
 
 HOURGLASS_TEST_DATABASES picks the databases (default `sqlite,postgresql`);
-HOURGLASS_TEST_POSTGRESQL_URL says where PostgreSQL is. A database that is
-asked for but does not answer fails the run: it is never skipped.
+HOURGLASS_TEST_POSTGRESQL_URL says which PostgreSQL server to use (its database
+name is the prefix of the databases each run creates for itself and drops at
+the end). A database that is asked for but does not answer fails the run: it is
+never skipped.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,36 +68,53 @@ class Database:
         return Settings(database_url=self.url, auto_migrate=False, **overrides)
 
 
-def _ensure_postgresql_database(url: str) -> None:
-    """Create the test database if the server lacks it; fail loudly if there is no server."""
+def _postgresql_admin(url: str):
+    """An autocommit engine on the server's maintenance database; fails (never skips) without a server."""
     target = make_url(url)
-    maintenance = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
     try:
-        with maintenance.connect() as connection:
-            exists = connection.execute(
-                text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": target.database}
-            ).scalar()
-            if not exists:
-                connection.execute(text(f'CREATE DATABASE "{target.database}"'))
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
     except Exception as error:
+        admin.dispose()
         pytest.fail(
             f"PostgreSQL is not answering at {target.render_as_string(hide_password=True)}: {error}\n"
             "Start it, point HOURGLASS_TEST_POSTGRESQL_URL at one, or run only SQLite with "
             "HOURGLASS_TEST_DATABASES=sqlite.",
             pytrace=False,
         )
+    return admin
+
+
+@contextmanager
+def scratch_postgresql_database(purpose: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database on the test server, dropped afterwards.
+
+    Every test run gets its own databases, so runs on one machine never meet.
+    """
+    base = make_url(POSTGRESQL_URL)
+    name = f"{base.database}_{purpose}_{uuid.uuid4().hex[:8]}"
+    admin = _postgresql_admin(POSTGRESQL_URL)
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield base.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
-        maintenance.dispose()
+        admin.dispose()
 
 
 @pytest.fixture(scope="session")
-def postgresql_url() -> str:
-    """A migrated PostgreSQL database; fails (never skips) when the server is missing."""
+def postgresql_url() -> Iterator[str]:
+    """A migrated PostgreSQL database of this run's own; fails (never skips) without a server."""
     if "postgresql" not in DATABASES:
         pytest.skip("PostgreSQL left out by HOURGLASS_TEST_DATABASES")
-    _ensure_postgresql_database(POSTGRESQL_URL)
-    upgrade_to_head(POSTGRESQL_URL)
-    return POSTGRESQL_URL
+    with scratch_postgresql_database("run") as url:
+        upgrade_to_head(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

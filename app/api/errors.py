@@ -63,8 +63,9 @@ def unavailable(detail: str) -> ProblemResponse:
 async def _domain_error(_request: Request, error: Exception) -> ProblemResponse:
     status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
     if status == 503:
-        logger.warning("database unavailable: %s", error)
-        return unavailable("the database is unavailable; retry shortly")
+        # The detail is ours; the driver's words (hosts, users) go to the log only.
+        logger.warning("%s (%s)", error, error.__cause__)
+        return unavailable(str(error))
     return problem(status, str(error), slug=slug)
 
 
@@ -80,6 +81,10 @@ async def _validation_error(_request: Request, error: Exception) -> ProblemRespo
 
 async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
     assert isinstance(error, HTTPException)
+    if error.status_code == 400 and error.__cause__ is not None:
+        # FastAPI's answer when the JSON parser itself gives up (nesting too deep,
+        # an integer too long to convert): the body is invalid input like any other.
+        return problem(422, "the request body is not JSON this service can read", slug="invalid-request")
     detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
     return problem(error.status_code, detail, headers=getattr(error, "headers", None))
 

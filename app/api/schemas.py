@@ -12,20 +12,23 @@ from typing import Annotated, Literal
 
 from fastapi import Path
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     JsonValue,
     PlainSerializer,
+    Strict,
     WithJsonSchema,
     model_validator,
 )
 
-from app.queue.models import IfExists, Outcome, State
-from app.queue.service import When
+from app.queue.models import IfExists, Outcome, State, When
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# RFC 3339 date-time: seconds required, any fraction, a zone (Z or an offset).
+RFC3339_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
 # 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
 MAX_LEASE_SECONDS = 12 * 3600
@@ -44,6 +47,9 @@ MessageKey = Annotated[
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
+# The instants a time field can print as (years 0001-9999 in UTC).
+EARLIEST_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MILLISECOND
+LATEST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) // _MILLISECOND
 
 
 def format_timestamp(epoch_ms: int) -> str:
@@ -65,6 +71,14 @@ def seconds_to_ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def parse_timestamp(text: str) -> int:
+    """Epoch ms of an RFC 3339 time (already matched by RFC3339_PATTERN); ValueError if impossible."""
+    epoch_ms = to_epoch_ms(datetime.fromisoformat(text.upper()))
+    if not EARLIEST_MS <= epoch_ms <= LATEST_MS:
+        raise ValueError("the time must fall between 0001-01-01 and 9999-12-31 in UTC")
+    return epoch_ms
+
+
 Timestamp = Annotated[
     int,
     PlainSerializer(format_timestamp, return_type=str),
@@ -73,7 +87,13 @@ Timestamp = Annotated[
         mode="serialization",
     ),
 ]
-Seconds = Annotated[float, Field(description="seconds")]
+# JSON numbers only: "60" or true must not pass for a number of seconds.
+Number = Annotated[float, Strict()]
+Integer = Annotated[int, Strict()]
+RFC3339 = Annotated[
+    str,
+    Field(pattern=RFC3339_PATTERN, json_schema_extra={"format": "date-time"}),
+]
 
 
 class _Request(BaseModel):
@@ -83,10 +103,11 @@ class _Request(BaseModel):
 
 class _Scheduled(_Request):
     payload: JsonValue = Field(description="Any JSON value")
-    scheduled_at: AwareDatetime | None = Field(
-        None, description="When the message is due (RFC 3339 with a zone); may be in the past"
+    scheduled_at: RFC3339 | None = Field(
+        None,
+        description="When the message is due: RFC 3339 with a zone (Z or an offset); may be in the past",
     )
-    delay: float | None = Field(
+    delay: Number | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the message is due"
     )
 
@@ -94,11 +115,13 @@ class _Scheduled(_Request):
     def _one_way_to_say_when(self) -> _Scheduled:
         if self.scheduled_at is not None and self.delay is not None:
             raise ValueError("give either scheduled_at or delay, not both")
+        if self.scheduled_at is not None:
+            parse_timestamp(self.scheduled_at)
         return self
 
     def when(self) -> When:
         if self.scheduled_at is not None:
-            return When(scheduled_at=to_epoch_ms(self.scheduled_at))
+            return When(scheduled_at=parse_timestamp(self.scheduled_at))
         if self.delay is not None:
             return When(delay=seconds_to_ms(self.delay))
         return When()
@@ -127,21 +150,21 @@ class BatchRequest(_Request):
 
 
 class PollRequest(_Request):
-    max: int = Field(1, ge=1, le=MAX_POLL, description="At most this many messages")
-    wait: float = Field(
+    max: Integer = Field(1, ge=1, le=MAX_POLL, description="At most this many messages")
+    wait: Number = Field(
         0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a message when none is due"
     )
-    lease: float | None = Field(
+    lease: Number | None = Field(
         None, ge=1, le=MAX_LEASE_SECONDS, description="Seconds before unacknowledged messages come back"
     )
 
 
 class ExtendRequest(_Request):
-    lease: float = Field(ge=1, le=MAX_LEASE_SECONDS, description="New lease, in seconds from now")
+    lease: Number = Field(ge=1, le=MAX_LEASE_SECONDS, description="New lease, in seconds from now")
 
 
 class ReleaseRequest(_Request):
-    delay: float = Field(
+    delay: Number = Field(
         0, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the messages are due again"
     )
 
@@ -163,13 +186,13 @@ class MessageResponse(BaseModel):
     state: State
 
 
-class Delivery(StrEnum):
+class DeliveryKind(StrEnum):
     FIRST = "first"
     REDELIVERY = "redelivery"
 
 
 class DeliveredMessage(MessageResponse):
-    delivery: Delivery
+    delivery: DeliveryKind
     lease_expires_at: Timestamp
 
 

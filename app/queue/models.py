@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Outcome(StrEnum):
@@ -73,6 +74,47 @@ class Offer:
     payload: bytes
     scheduled_at: int
     if_exists: IfExists = IfExists.UPDATE
+
+
+@dataclass(frozen=True, slots=True)
+class OfferOutcome:
+    """What an offer did, and when the message it leaves stored was asked for."""
+
+    outcome: Outcome
+    scheduled_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """When a message is due: at `scheduled_at`, after `delay` (ms), or now."""
+
+    scheduled_at: int | None = None
+    delay: int | None = None
+
+    def resolve(self, now: int) -> int:
+        if self.scheduled_at is not None:
+            return self.scheduled_at
+        return now + (self.delay or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class OfferRequest:
+    """One message as a producer sends it: the payload is still a JSON value."""
+
+    key: str
+    payload: Any
+    when: When = When()
+    if_exists: IfExists = IfExists.UPDATE
+
+
+@dataclass(frozen=True, slots=True)
+class OfferResult:
+    """The answer to one offer."""
+
+    queue: str
+    key: str
+    outcome: Outcome
+    scheduled_at: int
 
 
 @dataclass(frozen=True, slots=True)

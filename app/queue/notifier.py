@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class Notifier:
     """Per-queue wake-ups for waiting polls. Use from the event loop's thread only.
 
-    A poll takes `ticket(queue)` *before* it looks in the database and waits on
-    it after finding nothing, so an offer landing in between still wakes it.
+    A waiting poll subscribes to its queue for as long as it waits, and takes a
+    `ticket` *before* each look in the database, so an offer that lands between
+    the look and the wait still wakes it. Only queues with subscribers are kept.
     """
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self._subscribers: Counter[str] = Counter()
         self.closed = False
+
+    @contextmanager
+    def subscription(self, queue: str) -> Iterator[None]:
+        """While inside, `ticket(queue)` may be taken and `notify(queue)` sets it."""
+        self._subscribers[queue] += 1
+        try:
+            yield
+        finally:
+            self._subscribers[queue] -= 1
+            if not self._subscribers[queue]:
+                del self._subscribers[queue]
+                self._events.pop(queue, None)
 
     def ticket(self, queue: str) -> asyncio.Event:
         """The event the next `notify(queue)` sets (already set once closed)."""
+        assert self._subscribers[queue], "take tickets inside subscription(queue)"
         event = self._events.get(queue)
         if event is None:
             event = asyncio.Event()
@@ -32,6 +50,10 @@ class Notifier:
         event = self._events.pop(queue, None)
         if event is not None:
             event.set()
+
+    def waiting(self, queue: str) -> int:
+        """How many polls are subscribed to `queue` now."""
+        return self._subscribers[queue]
 
     @staticmethod
     async def wait(ticket: asyncio.Event, timeout: float) -> None:

@@ -8,6 +8,7 @@ database connection while it waits.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +18,20 @@ from typing import Any, TypeVar
 
 from app.clock import Clock
 from app.queue.errors import LockNotFound, MessageNotFound, PurgeNotConfirmed
-from app.queue.models import IfExists, Lease, Message, Offer, Outcome, QueueStats
+from app.queue.models import (
+    Lease,
+    Message,
+    Offer,
+    OfferRequest,
+    OfferResult,
+    Outcome,
+    QueueStats,
+    State,
+    When,
+)
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
+from app.storage.schema import head_revision
 from app.storage.store import Store
 
 T = TypeVar("T")
@@ -27,37 +39,6 @@ T = TypeVar("T")
 # When a poll finds due messages that other polls hold (SKIP LOCKED), they are
 # usually released within milliseconds; look again after this long.
 _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
-
-
-@dataclass(frozen=True, slots=True)
-class When:
-    """When a message is due: at `scheduled_at` (epoch ms), after `delay` (ms), or now."""
-
-    scheduled_at: int | None = None
-    delay: int | None = None
-
-    def resolve(self, now: int) -> int:
-        if self.scheduled_at is not None:
-            return self.scheduled_at
-        return now + (self.delay or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class OfferRequest:
-    """One message as a producer sends it."""
-
-    key: str
-    payload: Any
-    when: When = When()
-    if_exists: IfExists = IfExists.UPDATE
-
-
-@dataclass(frozen=True, slots=True)
-class OfferResult:
-    queue: str
-    key: str
-    outcome: Outcome
-    scheduled_at: int
 
 
 class QueueService:
@@ -103,14 +84,14 @@ class QueueService:
     async def _offer(self, queue: str, request: OfferRequest, *, can_create: bool) -> OfferResult:
         now = self.clock.now_ms()
         offer = self._to_offer(request, now)
-        outcome = await self._run(
+        stored = await self._run(
             partial(self.store.messages_offer, queue, offer, now, can_create=can_create)
         )
-        if outcome is None:
+        if stored is None:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
-        if outcome is not Outcome.IGNORED:
+        if stored.outcome is not Outcome.IGNORED:
             self.notifier.notify(queue)
-        return OfferResult(queue, request.key, outcome, offer.scheduled_at)
+        return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
 
     async def offer_many(self, queue: str, requests: Sequence[OfferRequest]) -> list[Outcome]:
         """Offer a batch: every payload is checked before anything is written."""
@@ -137,6 +118,10 @@ class QueueService:
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
         return message
 
+    def state_of(self, message: Message) -> State:
+        """Where `message` stands now."""
+        return message.state(self.clock.now_ms())
+
     async def delete(self, queue: str, key: str) -> None:
         if not await self._run(partial(self.store.messages_delete, queue, key)):
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
@@ -148,20 +133,23 @@ class QueueService:
     ) -> Lease | None:
         """Lease up to `limit` due messages; with a wait, until one is due or the wait ends."""
         lease_ms = self.default_lease_ms if lease_seconds is None else round(lease_seconds * 1000)
+        if wait_seconds <= 0:
+            return await self._claim(queue, limit, lease_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
-        while True:
-            ticket = self.notifier.ticket(queue)
-            lease = await self._claim(queue, limit, lease_ms)
-            remaining = deadline - loop.time()
-            if lease is not None or remaining <= 0 or self.notifier.closed:
-                return lease
-            next_due = await self._run(partial(self.store.queue_next_due, queue))
-            timeout = min(remaining, self.poll_recheck_seconds)
-            if next_due is not None:
-                until_due = (next_due - self.clock.now_ms()) / 1000
-                timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
-            await self.notifier.wait(ticket, timeout)
+        with self.notifier.subscription(queue):
+            while True:
+                ticket = self.notifier.ticket(queue)
+                lease = await self._claim(queue, limit, lease_ms)
+                remaining = deadline - loop.time()
+                if lease is not None or remaining <= 0 or self.notifier.closed:
+                    return lease
+                next_due = await self._run(partial(self.store.queue_next_due, queue))
+                timeout = min(remaining, self.poll_recheck_seconds)
+                if next_due is not None:
+                    until_due = (next_due - self.clock.now_ms()) / 1000
+                    timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
+                await self.notifier.wait(ticket, timeout)
 
     async def _claim(self, queue: str, limit: int, lease_ms: int) -> Lease | None:
         now = self.clock.now_ms()
@@ -176,21 +164,24 @@ class QueueService:
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
+        _check_lock_id(queue, lock_id)
         if not await self._run(partial(self.store.locks_acknowledge, queue, lock_id)):
-            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+            raise _lock_not_found(queue, lock_id)
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
         """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
+        _check_lock_id(queue, lock_id)
         until = self.clock.now_ms() + round(lease_seconds * 1000)
         if not await self._run(partial(self.store.locks_extend, queue, lock_id, until)):
-            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+            raise _lock_not_found(queue, lock_id)
         return until
 
     async def release(self, queue: str, lock_id: str, delay_seconds: float = 0) -> None:
         """Give the messages back, due again after `delay_seconds`, as redeliveries."""
+        _check_lock_id(queue, lock_id)
         at = self.clock.now_ms() + round(delay_seconds * 1000)
         if not await self._run(partial(self.store.locks_release, queue, lock_id, at)):
-            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+            raise _lock_not_found(queue, lock_id)
         self.notifier.notify(queue)
 
     # -- queues ------------------------------------------------------------------------
@@ -207,8 +198,35 @@ class QueueService:
             raise PurgeNotConfirmed(f"to purge, repeat the queue's name: ?confirm={queue}")
         return await self._run(partial(self.store.queue_purge, queue))
 
-    async def schema_revision(self) -> str | None:
-        return await self._run(self.store.schema_revision)
+    async def schema_status(self) -> SchemaStatus:
+        """Whether the database answers at the schema this release needs."""
+        return SchemaStatus(
+            current=await self._run(self.store.schema_revision), expected=head_revision()
+        )
 
     async def _run(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaStatus:
+    current: str | None
+    expected: str
+
+    @property
+    def ready(self) -> bool:
+        return self.current == self.expected
+
+
+# The lock ids this service hands out; anything else can hold nothing.
+_LOCK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _lock_not_found(queue: str, lock_id: str) -> LockNotFound:
+    return LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+
+
+def _check_lock_id(queue: str, lock_id: str) -> None:
+    """A lock id we never issued holds nothing: 404 without asking the database."""
+    if not _LOCK_ID.fullmatch(lock_id):
+        raise _lock_not_found(queue, lock_id)

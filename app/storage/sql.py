@@ -44,6 +44,9 @@ offer_update = (
     )
 )
 
+# Offer with if_exists=ignore, when the key exists: the time the stored message asked for.
+offer_stored_schedule = select(columns.scheduledAtInitially).where(_by_key)
+
 # Batch offer: which of these keys exist already.
 existing_keys = select(columns.pKey).where(
     _in_queue, columns.pKey.in_(bindparam("keys", expanding=True))

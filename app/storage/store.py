@@ -18,7 +18,15 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 
 from app.queue.errors import StorageUnavailable
-from app.queue.models import Delivery, IfExists, Message, Offer, Outcome, QueueStats
+from app.queue.models import (
+    Delivery,
+    IfExists,
+    Message,
+    Offer,
+    OfferOutcome,
+    Outcome,
+    QueueStats,
+)
 from app.storage import sql
 from app.storage.dialects import Dialect
 from app.storage.tables import delayed_queue as queue_table
@@ -38,7 +46,7 @@ class Store(Protocol):
 
     def messages_offer(
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
-    ) -> Outcome | None: ...
+    ) -> OfferOutcome | None: ...
 
     def messages_offer_many(
         self, queue: str, offers: Sequence[Offer], now: int
@@ -84,7 +92,7 @@ class SqlStore:
 
     def messages_offer(
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
-    ) -> Outcome | None:
+    ) -> OfferOutcome | None:
         """Create, update or ignore one message; None when `can_create` is off and it is missing."""
         return self._transaction(lambda connection: self._offer(connection, queue, offer, now, can_create))
 
@@ -128,14 +136,14 @@ class SqlStore:
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
-                outcome = self.messages_offer(queue, offer, now)
-                assert outcome is not None  # can_create is on
-                outcomes.append(outcome)
+                stored = self.messages_offer(queue, offer, now)
+                assert stored is not None  # can_create is on
+                outcomes.append(stored.outcome)
         return outcomes
 
     def _offer(
         self, connection: Connection, queue: str, offer: Offer, now: int, can_create: bool
-    ) -> Outcome | None:
+    ) -> OfferOutcome | None:
         key_parameters = {"queue": queue, "key": offer.key}
         for _ in range(_OFFER_RACE_ATTEMPTS):
             if can_create:
@@ -143,16 +151,19 @@ class SqlStore:
                     self._insert_returning_keys, _row(queue, offer, now)
                 ).first()
                 if inserted is not None:
-                    return Outcome.CREATED
+                    return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
                 if offer.if_exists is IfExists.IGNORE:
-                    return Outcome.IGNORED
+                    stored = connection.execute(sql.offer_stored_schedule, key_parameters).scalar()
+                    if stored is None:
+                        continue  # deleted since the insert saw it: insert again
+                    return OfferOutcome(Outcome.IGNORED, stored)
             current = connection.execute(sql.offer_select_for_update, key_parameters).first()
             if current is None:
                 if not can_create:
                     return None
                 continue  # deleted since the insert saw it: insert again
             if current.payload == offer.payload and current.scheduledAtInitially == offer.scheduled_at:
-                return Outcome.IGNORED
+                return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
             swapped = connection.execute(
                 sql.offer_update,
                 {
@@ -165,7 +176,7 @@ class SqlStore:
                 },
             ).rowcount
             if swapped == 1:
-                return Outcome.UPDATED
+                return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
         raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
 
     # -- reading and deleting one message -------------------------------------
@@ -310,11 +321,15 @@ class SqlStore:
         except exc.DBAPIError as error:
             if retrying and self.dialect.is_retryable(error):
                 raise _Retry from error
+            if self.dialect.is_schema_missing(error):
+                raise StorageUnavailable(
+                    "the database schema is not migrated: run `hourglass migrate`"
+                ) from error
             if self.dialect.is_unavailable(error) or self.dialect.is_retryable(error):
-                raise StorageUnavailable(str(error.orig).strip() or type(error.orig).__name__) from error
+                raise StorageUnavailable("the database is unavailable; retry shortly") from error
             raise
         except exc.TimeoutError as error:
-            raise StorageUnavailable("no database connection free in time") from error
+            raise StorageUnavailable("the database is busy: no connection free in time") from error
 
 
 class _Retry(Exception):

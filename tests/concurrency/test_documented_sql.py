@@ -6,7 +6,9 @@ received, for every statement that writes to the message table.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -83,3 +85,37 @@ def test_postgresql_executes_the_documented_statements(postgresql_url, captured)
     assert len(polls) == 2, updates
     assert all('ORDER BY delayed_queue."scheduledAt"' in s and "LIMIT" in s for s in polls)
     assert any('"lockUuid" =' in s for s in deletes), deletes
+
+
+def _blocked_queries(engine) -> list[str]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT query FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+        return [" ".join(row.query.split()) for row in rows]
+
+
+def test_the_update_path_locks_the_row_with_select_for_update(postgresql_url):
+    """SELECTs fire no trigger: catch the offer's SELECT … FOR UPDATE waiting on a row lock."""
+    truncate_all(postgresql_url)
+    engine = create_engine(postgresql_url)
+    try:
+        with TestClient(create_app(Settings(database_url=postgresql_url), clock=FakeClock())) as client:
+            put(client, "q", "k", 1)
+            with engine.connect() as holder, holder.begin():
+                holder.execute(text("""SELECT 1 FROM delayed_queue WHERE "pKey" = 'k' FOR UPDATE"""))
+                with ThreadPoolExecutor(1) as pool:
+                    update = pool.submit(put, client, "q", "k", 2)
+                    deadline = time.monotonic() + 30
+                    while not (blocked := _blocked_queries(engine)) and time.monotonic() < deadline:
+                        pass  # the offer is on its way to the lock: look again
+                    assert len(blocked) == 1, "the offer never waited on the row lock"
+                    assert blocked[0].startswith("SELECT")
+                    assert "FROM delayed_queue" in blocked[0] and blocked[0].endswith("FOR UPDATE")
+                    holder.rollback()
+                    assert update.result(timeout=30).json()["outcome"] == "updated"
+    finally:
+        engine.dispose()

@@ -9,6 +9,7 @@ from app.config import Settings
 from app.main import create_app
 from app.storage.schema import head_revision
 
+A_LOCK = "0b0e6c3e-7f39-4b0c-9a51-2f1d3c4e5a6b"
 UNREACHABLE = {
     # Nothing listens on port 1; a directory that does not exist cannot hold a file.
     "postgresql": "postgresql://root@127.0.0.1:1/hourglass_test",
@@ -51,9 +52,9 @@ def unreachable_client(database, clock):
         ("DELETE", "/v1/queues/q/messages/k", None),
         ("POST", "/v1/queues/q/batch", {"messages": [{"key": "k", "payload": 1}]}),
         ("POST", "/v1/queues/q/poll", {"wait": 1}),
-        ("DELETE", "/v1/queues/q/locks/l", None),
-        ("PATCH", "/v1/queues/q/locks/l", {"lease": 5}),
-        ("POST", "/v1/queues/q/locks/l/release", None),
+        ("DELETE", f"/v1/queues/q/locks/{A_LOCK}", None),
+        ("PATCH", f"/v1/queues/q/locks/{A_LOCK}", {"lease": 5}),
+        ("POST", f"/v1/queues/q/locks/{A_LOCK}/release", None),
         ("GET", "/v1/queues", None),
         ("GET", "/v1/queues/q", None),
         ("DELETE", "/v1/queues/q?confirm=q", None),

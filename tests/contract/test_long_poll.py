@@ -41,7 +41,9 @@ class WaitingPolls:
 
 
 @pytest.fixture
-def long_poll_client(settings, clock):
+def long_poll_client(clean_database, clock):
+    # Rechecks as rarely as allowed: only a wake-up can end these polls early.
+    settings = clean_database.settings(poll_recheck_seconds=WAIT)
     with TestClient(create_app(settings, clock=clock)) as client:
         yield client, WaitingPolls(client.app.state.service)
 
@@ -75,7 +77,7 @@ def test_a_wait_that_runs_out_answers_empty(client):
 def test_waiting_polls_hold_no_database_connection(clean_database, clock):
     # One connection and one storage thread for the whole app: if a waiting poll
     # held either, the offers below could not run until the polls gave up.
-    settings = clean_database.settings(pool_size=1, pool_overflow=0)
+    settings = clean_database.settings(pool_size=1, pool_overflow=0, poll_recheck_seconds=WAIT)
     pollers = 5
     with TestClient(create_app(settings, clock=clock)) as client:
         waiting = WaitingPolls(client.app.state.service)
@@ -87,3 +89,13 @@ def test_waiting_polls_hold_no_database_connection(clean_database, clock):
                 assert put(client, "q", f"k{index}", index).status_code == 201
             delivered = [key for result in results for key in keys_of(result.result(timeout=RETURNED_EARLY))]
     assert sorted(delivered) == [f"k{index}" for index in range(pollers)]
+
+
+def test_polls_leave_no_subscription_behind(long_poll_client):
+    client, waiting = long_poll_client
+    notifier = client.app.state.service.notifier
+    for index in range(20):
+        poll(client, f"queue-{index}")  # no wait: never subscribes
+    poll(client, "waited", wait=0.1)
+    assert notifier.waiting("waited") == 0
+    assert notifier._events == {} and not notifier._subscribers

@@ -35,7 +35,10 @@ def test_put_with_if_exists_ignore_keeps_the_stored_message(client):
     put(client, "q", "k", "first", delay=5)
     response = put(client, "q", "k", "second", delay=50, if_exists="ignore")
     assert response.status_code == 200
-    assert response.json()["outcome"] == "ignored"
+    # The answer tells when the message that stays is due, not what was asked.
+    assert response.json() == {
+        "queue": "q", "key": "k", "outcome": "ignored", "scheduled_at": at(START_MS + 5_000)
+    }
     message = client.get("/v1/queues/q/messages/k").json()
     assert message["payload"] == "first"
     assert message["scheduled_at"] == at(START_MS + 5_000)

@@ -28,6 +28,18 @@ def _assert_problem(response, status: int) -> dict:
         {"payload": 1, "scheduled_at": "next friday"},
         {"payload": 1, "if_exists": "replace"},
         {"payload": 1, "delay": 1e12},
+        # Types are not coerced: a string or a boolean is not a number of seconds.
+        {"payload": 1, "delay": "60"},
+        {"payload": 1, "delay": True},
+        {"payload": 1, "scheduled_at": 1795683600000},
+        # Not RFC 3339: no seconds, a space, an impossible date, a leap second.
+        {"payload": 1, "scheduled_at": "2026-11-26 09:00Z"},
+        {"payload": 1, "scheduled_at": "2026-11-26T09:00Z"},
+        {"payload": 1, "scheduled_at": "2026-02-30T09:00:00Z"},
+        {"payload": 1, "scheduled_at": "2026-12-31T23:59:60Z"},
+        # Times that cannot be printed back in UTC.
+        {"payload": 1, "scheduled_at": "0001-01-01T00:00:00+01:00"},
+        {"payload": 1, "scheduled_at": "9999-12-31T23:59:59-01:00"},
     ],
 )
 def test_invalid_offer_bodies_are_422(client, clean_database, body):
@@ -56,6 +68,31 @@ def test_malformed_json_is_422(client, clean_database):
     response = client.put(
         "/v1/queues/q/messages/k", content=b'{"payload": ', headers={"content-type": "application/json"}
     )
+    _assert_problem(response, 422)
+    assert stored_rows(clean_database.url) == []
+
+
+def test_the_extreme_printable_times_are_accepted(client):
+    assert put(client, "q", "first", 1, scheduled_at="0001-01-01T00:00:00Z").status_code == 201
+    last = put(client, "q", "last", 1, scheduled_at="9999-12-31T23:59:59.999Z")
+    assert last.json()["scheduled_at"] == "9999-12-31T23:59:59.999Z"
+    assert client.get("/v1/queues/q").status_code == 200
+    assert client.get("/v1/queues/q/messages/first").json()["scheduled_at"] == "0001-01-01T00:00:00.000Z"
+
+
+def test_a_key_that_is_not_valid_unicode_is_422(client, clean_database):
+    response = client.post(
+        "/v1/queues/q/batch",
+        content=b'{"messages": [{"key": "\\ud800", "payload": 1}]}',
+        headers={"content-type": "application/json"},
+    )
+    _assert_problem(response, 422)
+    assert stored_rows(clean_database.url) == []
+
+
+def test_json_too_deep_for_the_parser_is_422(client, clean_database):
+    body = b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = client.put("/v1/queues/q/messages/k", content=body, headers={"content-type": "application/json"})
     _assert_problem(response, 422)
     assert stored_rows(clean_database.url) == []
 
@@ -107,7 +144,19 @@ def test_request_over_the_limit_is_413_with_or_without_content_length(clean_data
 
 @pytest.mark.parametrize(
     "body",
-    [{"max": 0}, {"max": 1001}, {"wait": -1}, {"wait": 21}, {"lease": 0.5}, {"lease": 43201}, {"mx": 1}],
+    [
+        {"max": 0},
+        {"max": 1001},
+        {"max": "5"},
+        {"max": 2.0},
+        {"wait": -1},
+        {"wait": 21},
+        {"wait": "1"},
+        {"lease": 0.5},
+        {"lease": 43201},
+        {"lease": True},
+        {"mx": 1},
+    ],
 )
 def test_invalid_poll_bodies_are_422(client, body):
     put(client, "q", "k", 1)
@@ -122,6 +171,13 @@ def test_invalid_extend_and_release_bodies_are_422(client):
     _assert_problem(client.patch(f"/v1/queues/q/locks/{lock}", json={"lease": 0}), 422)
     _assert_problem(client.post(f"/v1/queues/q/locks/{lock}/release", json={"delay": -1}), 422)
     assert client.get("/v1/queues/q/messages/k").json()["state"] == "leased"
+
+
+@pytest.mark.parametrize("lock_id", ["a%00b", "x" * 500, "NOT-A-LOCK", "0B0E6C3E-7F39-4B0C-9A51-2F1D3C4E5A6B"])
+def test_lock_ids_never_issued_hold_nothing(client, lock_id):
+    _assert_problem(client.delete(f"/v1/queues/q/locks/{lock_id}"), 404)
+    _assert_problem(client.patch(f"/v1/queues/q/locks/{lock_id}", json={"lease": 5}), 404)
+    _assert_problem(client.post(f"/v1/queues/q/locks/{lock_id}/release"), 404)
 
 
 def test_unknown_route_and_method_are_problems(client):

@@ -20,7 +20,7 @@ def test_many_threads_updating_one_key_each_win_once(store):
         for round_ in range(rounds):
             barrier.wait(30)
             offer = Offer(key="hot", payload=f'"{worker}-{round_}"'.encode(), scheduled_at=NOW)
-            outcomes.append(store.messages_offer("q", offer, NOW))
+            outcomes.append(store.messages_offer("q", offer, NOW).outcome)
         return outcomes
 
     with ThreadPoolExecutor(threads) as pool:

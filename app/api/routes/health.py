@@ -9,7 +9,6 @@ from app.api.errors import unavailable
 from app.api.openapi import problem_responses
 from app.api.schemas import HealthResponse, ReadyResponse
 from app.queue.errors import StorageUnavailable
-from app.storage.schema import head_revision
 
 router = APIRouter(tags=["health"])
 
@@ -27,12 +26,15 @@ async def healthz() -> HealthResponse:
 )
 async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the 503
     try:
-        revision = await service.schema_revision()
+        schema = await service.schema_status()
     except StorageUnavailable:
         return unavailable("the database does not answer")
-    if revision != head_revision():
-        return unavailable(f"the schema is at {revision or 'nothing'}, not {head_revision()}: run `hourglass migrate`")
-    return ReadyResponse(status="ready", schema_revision=revision)
+    if not schema.ready:
+        return unavailable(
+            f"the schema is at {schema.current or 'nothing'}, not {schema.expected}: "
+            "run `hourglass migrate`"
+        )
+    return ReadyResponse(status="ready", schema_revision=schema.expected)
 
 
 @router.get(

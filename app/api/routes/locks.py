@@ -6,10 +6,10 @@ from fastapi import APIRouter, Response, status
 
 from app.api.deps import Service
 from app.api.openapi import problem_responses
-from app.api.routes.messages import message_response
+from app.api.routes.messages import message_fields
 from app.api.schemas import (
     DeliveredMessage,
-    Delivery,
+    DeliveryKind,
     ExtendRequest,
     ExtendResponse,
     PollRequest,
@@ -17,6 +17,7 @@ from app.api.schemas import (
     QueueName,
     ReleaseRequest,
 )
+from app.queue.models import State
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["polling"])
 
@@ -33,13 +34,12 @@ async def poll(queue: QueueName, service: Service, body: PollRequest | None = No
     lease = await service.poll(queue, limit=body.max, lease_seconds=body.lease, wait_seconds=body.wait)
     if lease is None:
         return PollResponse(lock_id=None, messages=[])
-    now = service.clock.now_ms()
     return PollResponse(
         lock_id=lease.lock_id,
         messages=[
             DeliveredMessage(
-                **message_response(delivery.message, now).__dict__,
-                delivery=Delivery.REDELIVERY if delivery.redelivery else Delivery.FIRST,
+                **message_fields(delivery.message, State.LEASED),
+                delivery=DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST,
                 lease_expires_at=lease.expires_at,
             )
             for delivery in lease.deliveries

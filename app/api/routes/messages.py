@@ -20,9 +20,8 @@ from app.api.schemas import (
     QueueName,
     UpdateMessage,
 )
-from app.queue.models import Message, Outcome
+from app.queue.models import Message, OfferRequest, OfferResult, Outcome, State
 from app.queue.payloads import decode_payload
-from app.queue.service import OfferRequest, OfferResult
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
@@ -35,16 +34,17 @@ def _offer_response(result: OfferResult) -> OfferResponse:
     )
 
 
-def message_response(message: Message, now: int) -> MessageResponse:
-    return MessageResponse(
-        queue=message.queue,
-        key=message.key,
-        payload=decode_payload(message.payload),
-        scheduled_at=message.scheduled_at,
-        scheduled_at_initially=message.scheduled_at_initially,
-        created_at=message.created_at,
-        state=message.state(now),
-    )
+def message_fields(message: Message, state: State) -> dict:
+    """The fields every rendering of a message shares."""
+    return {
+        "queue": message.queue,
+        "key": message.key,
+        "payload": decode_payload(message.payload),
+        "scheduled_at": message.scheduled_at,
+        "scheduled_at_initially": message.scheduled_at_initially,
+        "created_at": message.created_at,
+        "state": state,
+    }
 
 
 @router.put(
@@ -99,7 +99,7 @@ async def create_message(
 )
 async def get_message(queue: QueueName, key: MessageKey, service: Service) -> MessageResponse:
     message = await service.get(queue, key)
-    return message_response(message, service.clock.now_ms())
+    return MessageResponse(**message_fields(message, service.state_of(message)))
 
 
 @router.delete(

@@ -44,3 +44,7 @@ class Dialect:
     def is_unavailable(self, error: DBAPIError) -> bool:
         """The database cannot be reached or cannot serve now: the client should retry later."""
         return error.connection_invalidated
+
+    def is_schema_missing(self, error: DBAPIError) -> bool:
+        """The message table does not exist: the database was never migrated."""
+        return False

@@ -38,6 +38,7 @@ _claim = (
 
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
+_UNDEFINED_TABLE = "42P01"
 
 
 class PostgreSQLDialect(Dialect):
@@ -72,3 +73,6 @@ class PostgreSQLDialect(Dialect):
             return True
         driver_error = (psycopg.OperationalError, psycopg.InterfaceError)
         return isinstance(error.orig, driver_error) and not self.is_retryable(error)
+
+    def is_schema_missing(self, error: DBAPIError) -> bool:
+        return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE

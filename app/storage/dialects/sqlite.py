@@ -15,6 +15,9 @@ from app.storage.dialects.base import Dialect
 
 # How long a writer waits for another to finish before reporting "database is locked".
 _BUSY_TIMEOUT_MS = 5000
+# Primary result codes that mean "cannot serve now", not "this SQL is wrong":
+# BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB.
+_UNAVAILABLE_CODES = {5, 6, 8, 10, 11, 13, 14, 15, 26}
 
 
 class SQLiteDialect(Dialect):
@@ -48,4 +51,8 @@ class SQLiteDialect(Dialect):
 
     def is_unavailable(self, error: DBAPIError) -> bool:
         # "database is locked" after the busy timeout, disk I/O errors, unopenable files.
-        return error.connection_invalidated or isinstance(error.orig, sqlite3.OperationalError)
+        code = getattr(error.orig, "sqlite_errorcode", None)
+        return error.connection_invalidated or (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
+
+    def is_schema_missing(self, error: DBAPIError) -> bool:
+        return isinstance(error.orig, sqlite3.OperationalError) and "no such table" in str(error.orig)
