@@ -1,0 +1,1 @@
+"""Hourglass tests: unit, contract (every database), api, concurrency (PostgreSQL)."""

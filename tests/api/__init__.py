@@ -1,0 +1,1 @@
+"""Tests of the HTTP edge that need no particular database."""

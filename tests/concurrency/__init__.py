@@ -1,0 +1,1 @@
+"""PostgreSQL-only tests: real server processes, real threads, what the server executed."""

@@ -1,0 +1,1 @@
+"""The contract suite: every test runs on every database."""
