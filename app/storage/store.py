@@ -279,7 +279,6 @@ class SqlStore:
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
-
         return self._read(
             lambda connection: MigrationContext.configure(connection).get_current_revision()
         )

@@ -1,0 +1,49 @@
+"""The command line: `hourglass migrate`, and Alembic's own CLI from the repository root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import create_engine, inspect
+
+from app.storage.schema import head_revision
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(arguments: list[str], database_url: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url}
+    return subprocess.run(arguments, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _revision(url: str) -> str | None:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            return connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    finally:
+        engine.dispose()
+
+
+def test_hourglass_migrate_brings_a_new_database_to_head(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = _run([sys.executable, "-m", "app", "migrate"], url)
+    assert result.returncode == 0, result.stderr
+    assert _revision(url) == head_revision()
+    again = _run([sys.executable, "-m", "app", "migrate"], url)
+    assert again.returncode == 0, again.stderr
+
+
+def test_alembic_upgrade_then_check_from_the_repository_root(tmp_path):
+    url = f"sqlite:///{tmp_path / 'alembic.db'}"
+    alembic = [sys.executable, "-m", "alembic"]
+    upgrade = _run([*alembic, "upgrade", "head"], url)
+    assert upgrade.returncode == 0, upgrade.stderr
+    check = _run([*alembic, "check"], url)
+    assert check.returncode == 0, check.stderr
+    assert "No new upgrade operations detected" in check.stdout + check.stderr
