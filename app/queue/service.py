@@ -164,25 +164,27 @@ class QueueService:
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
-        _check_lock_id(queue, lock_id)
-        if not await self._run(partial(self.store.locks_acknowledge, queue, lock_id)):
-            raise _lock_not_found(queue, lock_id)
+        await self._on_lock(queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id))
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
         """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
-        _check_lock_id(queue, lock_id)
         until = self.clock.now_ms() + round(lease_seconds * 1000)
-        if not await self._run(partial(self.store.locks_extend, queue, lock_id, until)):
-            raise _lock_not_found(queue, lock_id)
+        await self._on_lock(queue, lock_id, partial(self.store.locks_extend, queue, lock_id, until))
         return until
 
     async def release(self, queue: str, lock_id: str, delay_seconds: float = 0) -> None:
         """Give the messages back, due again after `delay_seconds`, as redeliveries."""
-        _check_lock_id(queue, lock_id)
         at = self.clock.now_ms() + round(delay_seconds * 1000)
-        if not await self._run(partial(self.store.locks_release, queue, lock_id, at)):
-            raise _lock_not_found(queue, lock_id)
+        await self._on_lock(queue, lock_id, partial(self.store.locks_release, queue, lock_id, at))
         self.notifier.notify(queue)
+
+    async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> None:
+        """Apply `change` to what the lock holds; LockNotFound when it holds nothing.
+
+        A lock id this service never issued holds nothing: 404 without asking the database.
+        """
+        if not _LOCK_ID.fullmatch(lock_id) or not await self._run(change):
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
 
     # -- queues ------------------------------------------------------------------------
 
@@ -220,13 +222,3 @@ class SchemaStatus:
 
 # The lock ids this service hands out; anything else can hold nothing.
 _LOCK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _lock_not_found(queue: str, lock_id: str) -> LockNotFound:
-    return LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
-
-
-def _check_lock_id(queue: str, lock_id: str) -> None:
-    """A lock id we never issued holds nothing: 404 without asking the database."""
-    if not _LOCK_ID.fullmatch(lock_id):
-        raise _lock_not_found(queue, lock_id)
