@@ -33,8 +33,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""
     auto_migrate: bool = True
-    pool_size: int = Field(10, ge=1, description="database connections kept open")
-    pool_overflow: int = Field(10, ge=0, description="extra connections allowed under load")
+    # Storage calls run on as many threads as there are connections, so none waits
+    # for a connection and none is opened and closed per request under load.
+    pool_size: int = Field(10, ge=1, description="database connections, and storage threads")
     # Long polls wake at once on offers made through this process; this bounds how
     # late they notice messages offered through another replica.
     poll_recheck_seconds: float = Field(1.0, gt=0, le=20)

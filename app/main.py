@@ -36,13 +36,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = create_store(settings)
+        app.state.metrics.count_statements(store.engine)
         service = QueueService(
             store,
             clock,
             default_lease_seconds=settings.default_lease,
             max_payload_bytes=settings.max_payload_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
-            threads=settings.pool_size + settings.pool_overflow,
+            threads=settings.pool_size,
         )
         app.state.service = service
         try:

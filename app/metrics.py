@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Info, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Info, generate_latest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from app import __version__
 
@@ -17,6 +19,18 @@ class Metrics:
         Info("hourglass_build", "The running release", registry=self.registry).info(
             {"version": __version__}
         )
+        self.database_statements = Counter(
+            "hourglass_database_statements",
+            "Statements sent to the database (what an idle service costs the database, too)",
+            registry=self.registry,
+        )
+
+    def count_statements(self, engine: Engine) -> None:
+        """Count every statement `engine` sends."""
+        event.listen(engine, "after_cursor_execute", self._statement_executed)
+
+    def _statement_executed(self, *_: object) -> None:
+        self.database_statements.inc()
 
     def exposition(self) -> bytes:
         """Every collector's samples in the Prometheus text format."""

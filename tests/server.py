@@ -1,4 +1,4 @@
-"""The service as a real process on a free port, for tests that need real HTTP and real crashes."""
+"""The service as a real process on a free port, for tests (and benchmarks) that need real HTTP."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 STARTUP_TIMEOUT = 60
 STOP_TIMEOUT = 30
@@ -20,9 +21,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    port: int
+    pid: int
+
+
 @contextmanager
-def running_server(database_url: str, **environment: str) -> Iterator[str]:
-    """`hourglass serve` against `database_url`; yields its base URL once it accepts requests."""
+def running_server(database_url: str, **environment: str) -> Iterator[Server]:
+    """`hourglass serve` against `database_url`, yielded once it accepts requests."""
     port = free_port()
     env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url, **environment}
     process = subprocess.Popen(
@@ -48,7 +56,7 @@ def running_server(database_url: str, **environment: str) -> Iterator[str]:
     try:
         if not started.wait(STARTUP_TIMEOUT) or process.poll() is not None:
             raise RuntimeError("the server did not start:\n" + "".join(output))
-        yield f"http://127.0.0.1:{port}"
+        yield Server(f"http://127.0.0.1:{port}", port, process.pid)
     finally:
         process.terminate()
         try:

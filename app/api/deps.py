@@ -10,11 +10,12 @@ from app.config import Settings
 from app.queue.service import QueueService
 
 
-def get_service(request: Request) -> QueueService:
+# async: FastAPI would run a plain function on a thread pool for every request.
+async def get_service(request: Request) -> QueueService:
     return request.app.state.service
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

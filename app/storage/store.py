@@ -94,7 +94,14 @@ class SqlStore:
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
     ) -> OfferOutcome | None:
         """Create, update or ignore one message; None when `can_create` is off and it is missing."""
-        return self._transaction(lambda connection: self._offer(connection, queue, offer, now, can_create))
+        if can_create:
+            # Most offers create: one INSERT on its own, one round trip where the
+            # database allows. Only an existing key needs the transaction below.
+            if self._autocommit(lambda connection: self._insert(connection, queue, offer, now)):
+                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        return self._transaction(
+            lambda connection: self._offer(connection, queue, offer, now, can_create)
+        )
 
     def messages_offer_many(self, queue: str, offers: Sequence[Offer], now: int) -> list[Outcome]:
         """Offer many messages; outcomes in input order, a repeated key as if offered in sequence."""
@@ -119,10 +126,10 @@ class SqlStore:
         for chunk in _chunks(new_indexes, _INSERT_CHUNK):
             rows = [_row(queue, offers[index], now) for index in chunk]
             created.update(
-                self._transaction(
-                    lambda connection, rows=rows: connection.execute(
-                        self._insert_returning_keys, rows
-                    ).scalars().all()
+                self._autocommit(
+                    lambda connection, rows=rows: self.dialect.insert_many(
+                        connection, self._insert_returning_keys, rows
+                    )
                 )
             )
 
@@ -136,35 +143,56 @@ class SqlStore:
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
-                stored = self.messages_offer(queue, offer, now)
+                stored = self._transaction(
+                    lambda connection, offer=offer: self._offer(
+                        connection, queue, offer, now, can_create=True
+                    )
+                )
                 assert stored is not None  # can_create is on
                 outcomes.append(stored.outcome)
         return outcomes
 
+    def _insert(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
+        """INSERT unless the key exists; whether it went in."""
+        return connection.execute(self._insert_returning_keys, _row(queue, offer, now)).first() is not None
+
     def _offer(
         self, connection: Connection, queue: str, offer: Offer, now: int, can_create: bool
     ) -> OfferOutcome | None:
+        """The documented offer once the INSERT found the key taken: lock the row, compare-and-swap.
+
+        A row deleted meanwhile is inserted again (when creating is allowed); the
+        loop ends as soon as one step wins.
+        """
         key_parameters = {"queue": queue, "key": offer.key}
         for _ in range(_OFFER_RACE_ATTEMPTS):
-            if can_create:
-                inserted = connection.execute(
-                    self._insert_returning_keys, _row(queue, offer, now)
-                ).first()
-                if inserted is not None:
-                    return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
-                if offer.if_exists is IfExists.IGNORE:
-                    stored = connection.execute(sql.offer_stored_schedule, key_parameters).scalar()
-                    if stored is None:
-                        continue  # deleted since the insert saw it: insert again
+            if offer.if_exists is IfExists.IGNORE:
+                stored = connection.execute(sql.offer_stored_schedule, key_parameters).scalar()
+                if stored is not None:
                     return OfferOutcome(Outcome.IGNORED, stored)
-            current = connection.execute(sql.offer_select_for_update, key_parameters).first()
-            if current is None:
-                if not can_create:
-                    return None
-                continue  # deleted since the insert saw it: insert again
-            if current.payload == offer.payload and current.scheduledAtInitially == offer.scheduled_at:
-                return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
-            swapped = connection.execute(
+            else:
+                current = connection.execute(sql.offer_select_for_update, key_parameters).first()
+                if current is not None:
+                    if (current.payload, current.scheduledAtInitially) == (
+                        offer.payload,
+                        offer.scheduled_at,
+                    ):
+                        return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
+                    if self._swap(connection, key_parameters, current, offer, now):
+                        return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
+                    continue  # changed since we read it: read it again
+            if not can_create:
+                return None
+            if self._insert(connection, queue, offer, now):
+                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
+
+    def _swap(
+        self, connection: Connection, key_parameters: dict, current: Any, offer: Offer, now: int
+    ) -> bool:
+        """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
+        return (
+            connection.execute(
                 sql.offer_update,
                 {
                     **key_parameters,
@@ -175,9 +203,8 @@ class SqlStore:
                     "now": now,
                 },
             ).rowcount
-            if swapped == 1:
-                return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
-        raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
+            == 1
+        )
 
     # -- reading and deleting one message -------------------------------------
 
@@ -217,7 +244,8 @@ class SqlStore:
             "lock_id": lock_id,
             "lease_until": lease_until,
         }
-        claimed = self._transaction(lambda connection: self.dialect.claim(connection, parameters))
+        run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
+        claimed = run(lambda connection: self.dialect.claim(connection, parameters))
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
         return [
             Delivery(
@@ -287,26 +315,30 @@ class SqlStore:
 
     def _single(self, statement: Any, parameters: dict) -> int:
         """Run one write statement on its own; the number of rows it touched."""
-        with self._translated_errors():
-            with self.engine.connect() as connection:
-                connection = connection.execution_options(**self.dialect.single_statement_options)
-                with connection.begin():
-                    return connection.execute(statement, parameters).rowcount
+        return self._autocommit(lambda connection: connection.execute(statement, parameters).rowcount)
+
+    def _autocommit(self, work: Callable[[Connection], T]) -> T:
+        """Run `work`, one statement, as its own transaction: no BEGIN/COMMIT round trips
+        where the dialect can avoid them."""
+        return self._run(work, self.dialect.single_statement_options)
 
     def _read(self, work: Callable[[Connection], T]) -> T:
-        with self._translated_errors():
-            with self.engine.connect() as connection:
-                connection = connection.execution_options(**self.dialect.read_options)
-                with connection.begin():
-                    return work(connection)
+        return self._run(work, self.dialect.read_options)
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one transaction, again on a transient conflict."""
+        """Run `work` in one transaction."""
+        return self._run(work, {})
+
+    def _run(self, work: Callable[[Connection], T], options: dict[str, Any]) -> T:
+        """Run `work` on a pooled connection, again on a transient conflict."""
         for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
             try:
                 with self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS):
-                    with self.engine.begin() as connection:
-                        return work(connection)
+                    with self.engine.connect() as connection:
+                        if options:
+                            connection = connection.execution_options(**options)
+                        with connection.begin():
+                            return work(connection)
             except _Retry:
                 # Back off a little, with jitter, so the two sides of a deadlock part.
                 time.sleep(random.uniform(0, 0.005 * 2**attempt))

@@ -29,8 +29,8 @@ TIMEOUT = 60
 
 @pytest.fixture(scope="module")
 def server(postgresql_url: str) -> Iterator[str]:
-    with running_server(postgresql_url) as base_url:
-        yield base_url
+    with running_server(postgresql_url) as running:
+        yield running.url
 
 
 @pytest.fixture

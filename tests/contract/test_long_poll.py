@@ -77,7 +77,7 @@ def test_a_wait_that_runs_out_answers_empty(client):
 def test_waiting_polls_hold_no_database_connection(clean_database, clock):
     # One connection and one storage thread for the whole app: if a waiting poll
     # held either, the offers below could not run until the polls gave up.
-    settings = clean_database.settings(pool_size=1, pool_overflow=0, poll_recheck_seconds=WAIT)
+    settings = clean_database.settings(pool_size=1, poll_recheck_seconds=WAIT)
     pollers = 5
     with TestClient(create_app(settings, clock=clock)) as client:
         waiting = WaitingPolls(client.app.state.service)

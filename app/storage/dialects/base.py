@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Table
@@ -21,10 +22,19 @@ class Dialect:
     single_statement_options: dict[str, Any] = {}
     # Execution options for a transaction that only reads.
     read_options: dict[str, Any] = {}
+    # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
+    claims_in_one_statement = False
 
     def engine_options(self) -> dict[str, Any]:
         """Extra keyword arguments for `create_engine`."""
         return {}
+
+    def connection_has_news(self, dbapi_connection: Any) -> bool:
+        """Whether an idle pooled connection has something to read (the server said goodbye).
+
+        Checked on every checkout, so it must not make a round trip.
+        """
+        return False
 
     def configure_engine(self, engine: Engine) -> None:
         """Install per-connection set-up (pragmas, transaction modes) on a new engine."""
@@ -32,6 +42,16 @@ class Dialect:
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         """An INSERT that skips rows whose unique key exists, and fails on any other error."""
         raise NotImplementedError
+
+    def insert_many(
+        self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
+    ) -> Sequence[str]:
+        """Insert rows of one queue whose keys are free, in one statement; the keys that went in.
+
+        `insert_one` is the single-row INSERT that skips duplicates, with RETURNING
+        the key; SQLAlchemy sends it for many rows as multi-row VALUES.
+        """
+        return connection.execute(insert_one, rows).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from select import select as ready_descriptors
 from typing import Any
 
 import psycopg
-from sqlalchemy import Table, bindparam, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BigInteger, LargeBinary, String, Table, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
@@ -36,6 +38,31 @@ _claim = (
     )
 )
 
+# A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
+# statement instead of one with six placeholders per row, and the driver adapts
+# three lists instead of 1,200 values (~3x the rows per second of multi-VALUES).
+_batch = func.unnest(
+    bindparam("keys", type_=ARRAY(String)),
+    bindparam("payloads", type_=ARRAY(LargeBinary)),
+    bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
+).table_valued("key", "payload", "scheduled_at").render_derived(name="batch")
+_insert_rows = (
+    insert(queue_table)
+    .from_select(
+        ["pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt"],
+        select(
+            _batch.c.key,
+            bindparam("queue", type_=String),
+            _batch.c.payload,
+            _batch.c.scheduled_at,
+            _batch.c.scheduled_at,
+            bindparam("now", type_=BigInteger),
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+    .returning(sql.columns.pKey)
+)
+
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
 _UNDEFINED_TABLE = "42P01"
@@ -45,12 +72,33 @@ class PostgreSQLDialect(Dialect):
     name = "postgresql"
     single_statement_options = {"isolation_level": "AUTOCOMMIT"}
     read_options = {"isolation_level": "AUTOCOMMIT"}
+    claims_in_one_statement = True
 
     def engine_options(self) -> dict[str, Any]:
         return {"connect_args": {"connect_timeout": 5}}
 
+    def connection_has_news(self, dbapi_connection: Any) -> bool:
+        # An idle connection has nothing to read, unless the server closed it
+        # (restart, pg_terminate_backend): then its notice or EOF is waiting.
+        if dbapi_connection.closed:
+            return True
+        readable, _, _ = ready_descriptors([dbapi_connection.fileno()], [], [], 0)
+        return bool(readable)
+
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+
+    def insert_many(
+        self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
+    ) -> Sequence[str]:
+        parameters = {
+            "keys": [row["pKey"] for row in rows],
+            "payloads": [row["payload"] for row in rows],
+            "scheduled_ats": [row["scheduledAt"] for row in rows],
+            "queue": rows[0]["pKind"],
+            "now": rows[0]["createdAt"],
+        }
+        return connection.execute(_insert_rows, parameters).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
         return [
