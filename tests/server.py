@@ -10,6 +10,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
 
 STARTUP_TIMEOUT = 60
 STOP_TIMEOUT = 30
@@ -19,6 +22,36 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class _ThreadServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[int]:
+    """Serve the ASGI `app` with uvicorn on a thread of this process; yields the port once
+    the app has started (its lifespan has run)."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(64)
+    server = _ThreadServer(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    try:
+        if not server.ready.wait(STARTUP_TIMEOUT):
+            raise RuntimeError("the app did not start")
+        yield listening.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT)
+        listening.close()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -129,17 +129,32 @@ class QueueService:
     # -- polling and leases ----------------------------------------------------------
 
     async def poll(
-        self, queue: str, *, limit: int = 1, lease_seconds: float | None = None, wait_seconds: float = 0
+        self,
+        queue: str,
+        *,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float = 0,
+        abandoned: Callable[[], Awaitable[bool]] | None = None,
     ) -> Lease | None:
-        """Lease up to `limit` due messages; with a wait, until one is due or the wait ends."""
+        """Lease up to `limit` due messages; with a wait, until one is due or the wait ends.
+
+        `abandoned` tells whether the caller has gone away (the client hung up): a
+        waiting poll checks it before every later look, so it never leases
+        messages that nobody will receive.
+        """
         lease_ms = self.default_lease_ms if lease_seconds is None else round(lease_seconds * 1000)
         if wait_seconds <= 0:
             return await self._claim(queue, limit, lease_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         with self.notifier.subscription(queue):
+            first_look = True
             while True:
                 ticket = self.notifier.ticket(queue)
+                if not first_look and abandoned is not None and await abandoned():
+                    return None
+                first_look = False
                 lease = await self._claim(queue, limit, lease_ms)
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:

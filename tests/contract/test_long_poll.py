@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.helpers import keys_of, poll, put
+from tests.server import serving
 
 # Generous bounds for "returned long before its wait ran out" on a loaded machine.
 WAIT = 20
@@ -99,3 +102,33 @@ def test_polls_leave_no_subscription_behind(long_poll_client):
     poll(client, "waited", wait=0.1)
     assert notifier.waiting("waited") == 0
     assert notifier._events == {} and not notifier._subscribers
+
+
+def test_a_poll_whose_client_hung_up_leases_nothing(clean_database, clock):
+    """A waiting poll whose client disconnected must not take the next message."""
+    settings = clean_database.settings(poll_recheck_seconds=WAIT)
+    app = create_app(settings, clock=clock)
+    with serving(app) as port:
+        service = app.state.service
+        waiting = WaitingPolls(service)
+        finished = threading.Event()
+        original_poll = service.poll
+
+        async def tracked_poll(*args, **kwargs):
+            try:
+                return await original_poll(*args, **kwargs)
+            finally:
+                finished.set()
+
+        service.poll = tracked_poll
+        body = b'{"wait": 20}'
+        with socket.create_connection(("127.0.0.1", port), timeout=RETURNED_EARLY) as hung_up:
+            hung_up.sendall(
+                b"POST /v1/queues/q/poll HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            waiting.wait_for(1)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=RETURNED_EARLY) as client:
+            assert put(client, "q", "k", 1).status_code == 201  # wakes the abandoned poll
+            assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
+            assert keys_of(poll(client, "q")) == ["k"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import Service
 from app.api.openapi import problem_responses
@@ -29,9 +29,17 @@ _LOCK_ERRORS = problem_responses(404, 422, 503)
     summary="Lease due messages, oldest first; with `wait`, until one is due",
     responses=problem_responses(413, 422, 503),
 )
-async def poll(queue: QueueName, service: Service, body: PollRequest | None = None) -> PollResponse:
+async def poll(
+    queue: QueueName, service: Service, request: Request, body: PollRequest | None = None
+) -> PollResponse:
     body = body or PollRequest()
-    lease = await service.poll(queue, limit=body.max, lease_seconds=body.lease, wait_seconds=body.wait)
+    lease = await service.poll(
+        queue,
+        limit=body.max,
+        lease_seconds=body.lease,
+        wait_seconds=body.wait,
+        abandoned=request.is_disconnected,
+    )
     if lease is None:
         return PollResponse(lock_id=None, messages=[])
     return PollResponse(
