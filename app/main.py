@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = create_store(settings)
+        store = create_store(settings, on_event_loop=True)
         app.state.metrics.count_statements(store.engine)
         service = QueueService(
             store,
@@ -50,7 +50,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             yield
         finally:
             await service.close()
-            store.engine.dispose()
 
     app = FastAPI(
         title="Hourglass",

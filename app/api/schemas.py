@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from typing import Annotated, Literal
 
 from fastapi import Path
@@ -52,6 +53,9 @@ EARLIEST_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MILLISECOND
 LATEST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) // _MILLISECOND
 
 
+# A poll of many messages prints the same few instants again and again (one lease
+# end, a batch's creation time): remember recent ones.
+@lru_cache(maxsize=16384)
 def format_timestamp(epoch_ms: int) -> str:
     """`2026-11-26T09:00:00.000Z` for an epoch-millisecond instant."""
     moment = _EPOCH + timedelta(milliseconds=epoch_ms)

@@ -1,7 +1,8 @@
 """The queue's rules over a Store and a Clock: offers, polls (long or not), leases, stats.
 
-Storage calls block, so they run on a thread pool sized like the connection
-pool; the event loop only waits. A long poll waits on the Notifier, holding no
+Storage calls run on the event loop when the store's driver has an asyncio API
+(PostgreSQL's psycopg), else they block and run on a thread pool sized like the
+connection pool; either way the event loop only waits. A long poll waits on the Notifier, holding no
 database connection while it waits.
 """
 
@@ -15,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
+
+from sqlalchemy.util import greenlet_spawn
 
 from app.clock import Clock
 from app.queue.errors import LockNotFound, MessageNotFound, PurgeNotConfirmed
@@ -60,12 +63,18 @@ class QueueService:
         self.max_payload_bytes = max_payload_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+        self._executor = (
+            None
+            if store.runs_on_event_loop
+            else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+        )
 
     async def close(self) -> None:
-        """End waiting polls and wait for storage calls in flight."""
+        """End waiting polls, wait for storage calls in flight, close the store."""
         self.notifier.close()
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        await self._run(self.store.close)
+        if self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
     # -- offers -------------------------------------------------------------------
 
@@ -222,6 +231,8 @@ class QueueService:
         )
 
     async def _run(self, call: Callable[[], T]) -> T:
+        if self._executor is None:
+            return await greenlet_spawn(call)  # I/O on this event loop, no thread
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 

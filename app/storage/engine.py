@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, exc
 from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.config import Settings
 from app.storage.dialects import Dialect, for_engine_url
@@ -20,17 +21,27 @@ POOL_TIMEOUT_SECONDS = 10
 PING_AFTER_IDLE_SECONDS = 1.0
 
 
-def create_database_engine(settings: Settings, dialect: Dialect | None = None) -> Engine:
-    """A pooled engine for `settings.database_url`, set up for its dialect."""
+def create_database_engine(
+    settings: Settings, dialect: Dialect | None = None, *, on_event_loop: bool = False
+) -> Engine:
+    """A pooled engine for `settings.database_url`, set up for its dialect.
+
+    With `on_event_loop`, and a driver that has an asyncio API (psycopg), the
+    engine does its I/O on the running event loop: its synchronous API is then
+    only usable from inside `sqlalchemy.util.greenlet_spawn` (see SqlStore).
+    """
     dialect = dialect or for_engine_url(settings.database_url)
-    engine = create_engine(
-        settings.database_url,
-        pool_size=settings.pool_size,
-        max_overflow=0,
-        pool_timeout=POOL_TIMEOUT_SECONDS,
-        insertmanyvalues_page_size=INSERT_ROWS_PER_STATEMENT,
+    options = {
+        "pool_size": settings.pool_size,
+        "max_overflow": 0,
+        "pool_timeout": POOL_TIMEOUT_SECONDS,
+        "insertmanyvalues_page_size": INSERT_ROWS_PER_STATEMENT,
         **dialect.engine_options(),
-    )
+    }
+    if on_event_loop and dialect.has_asyncio_driver:
+        engine = create_async_engine(settings.database_url, **options).sync_engine
+    else:
+        engine = create_engine(settings.database_url, **options)
     _ping_doubtful_connections(engine, dialect)
     dialect.configure_engine(engine)
     return engine
@@ -57,7 +68,8 @@ def _ping_doubtful_connections(engine: Engine, dialect: Dialect) -> None:
         if idle_since is None:
             return  # brand new
         recently_used = time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS
-        if recently_used and not dialect.connection_has_news(dbapi_connection):
+        driver_connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        if recently_used and not dialect.connection_has_news(driver_connection):
             return
         try:
             engine.dialect.do_ping(dbapi_connection)
@@ -66,7 +78,8 @@ def _ping_doubtful_connections(engine: Engine, dialect: Dialect) -> None:
             raise exc.DisconnectionError() from error
 
 
-def create_store(settings: Settings) -> SqlStore:
-    """The Store for `settings.database_url`, owning a new engine."""
+def create_store(settings: Settings, *, on_event_loop: bool = False) -> SqlStore:
+    """The Store for `settings.database_url`, owning a new engine (see create_database_engine)."""
     dialect = for_engine_url(settings.database_url)
-    return SqlStore(create_database_engine(settings, dialect), dialect)
+    engine = create_database_engine(settings, dialect, on_event_loop=on_event_loop)
+    return SqlStore(engine, dialect)

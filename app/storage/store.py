@@ -7,6 +7,7 @@ never a driver's.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.util import await_only
 
 from app.queue.errors import StorageUnavailable
 from app.queue.models import (
@@ -43,6 +45,10 @@ _OFFER_RACE_ATTEMPTS = 100
 
 class Store(Protocol):
     """What the queue service needs from storage."""
+
+    # True when calls must run on the event loop, inside sqlalchemy.util.greenlet_spawn;
+    # False when they block, and belong on a thread.
+    runs_on_event_loop: bool
 
     def messages_offer(
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
@@ -76,6 +82,8 @@ class Store(Protocol):
 
     def schema_revision(self) -> str | None: ...
 
+    def close(self) -> None: ...
+
 
 class SqlStore:
     """The Store over SQLAlchemy Core; `dialect` supplies what differs per database."""
@@ -83,6 +91,9 @@ class SqlStore:
     def __init__(self, engine: Engine, dialect: Dialect) -> None:
         self.engine = engine
         self.dialect = dialect
+        # An engine with an asyncio driver does its I/O on the event loop: its
+        # methods must then be called through sqlalchemy.util.greenlet_spawn.
+        self.runs_on_event_loop: bool = engine.dialect.is_async
         # RETURNING tells which rows went in; rowcount is not reliable for every driver.
         self._insert_returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
             sql.columns.pKey
@@ -341,8 +352,18 @@ class SqlStore:
                             return work(connection)
             except _Retry:
                 # Back off a little, with jitter, so the two sides of a deadlock part.
-                time.sleep(random.uniform(0, 0.005 * 2**attempt))
+                self._pause(random.uniform(0, 0.005 * 2**attempt))
         raise AssertionError("unreachable")
+
+    def _pause(self, seconds: float) -> None:
+        if self.runs_on_event_loop:
+            await_only(asyncio.sleep(seconds))  # let the event loop go on meanwhile
+        else:
+            time.sleep(seconds)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
 
     @contextmanager
     def _translated_errors(self, retrying: bool = False) -> Iterator[None]:

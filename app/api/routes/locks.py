@@ -6,10 +6,8 @@ from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import Service
 from app.api.openapi import problem_responses
-from app.api.routes.messages import message_fields
+from app.api.rendering import poll_response
 from app.api.schemas import (
-    DeliveredMessage,
-    DeliveryKind,
     ExtendRequest,
     ExtendResponse,
     PollRequest,
@@ -17,7 +15,6 @@ from app.api.schemas import (
     QueueName,
     ReleaseRequest,
 )
-from app.queue.models import State
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["polling"])
 
@@ -26,12 +23,13 @@ _LOCK_ERRORS = problem_responses(404, 422, 503)
 
 @router.post(
     "/poll",
+    response_model=PollResponse,
     summary="Lease due messages, oldest first; with `wait`, until one is due",
     responses=problem_responses(413, 422, 503),
 )
 async def poll(
     queue: QueueName, service: Service, request: Request, body: PollRequest | None = None
-) -> PollResponse:
+) -> Response:
     body = body or PollRequest()
     lease = await service.poll(
         queue,
@@ -40,19 +38,7 @@ async def poll(
         wait_seconds=body.wait,
         abandoned=request.is_disconnected,
     )
-    if lease is None:
-        return PollResponse(lock_id=None, messages=[])
-    return PollResponse(
-        lock_id=lease.lock_id,
-        messages=[
-            DeliveredMessage(
-                **message_fields(delivery.message, State.LEASED),
-                delivery=DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST,
-                lease_expires_at=lease.expires_at,
-            )
-            for delivery in lease.deliveries
-        ],
-    )
+    return poll_response(lease)  # rendered by hand: see app/api/rendering.py
 
 
 @router.delete(

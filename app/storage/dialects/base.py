@@ -22,6 +22,9 @@ class Dialect:
     single_statement_options: dict[str, Any] = {}
     # Execution options for a transaction that only reads.
     read_options: dict[str, Any] = {}
+    # Whether the driver has an asyncio API, so the service can do I/O on its event
+    # loop instead of handing each call to a thread.
+    has_asyncio_driver = False
     # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
     claims_in_one_statement = False
 
@@ -29,7 +32,7 @@ class Dialect:
         """Extra keyword arguments for `create_engine`."""
         return {}
 
-    def connection_has_news(self, dbapi_connection: Any) -> bool:
+    def connection_has_news(self, driver_connection: Any) -> bool:
         """Whether an idle pooled connection has something to read (the server said goodbye).
 
         Checked on every checkout, so it must not make a round trip.

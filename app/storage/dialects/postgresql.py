@@ -73,16 +73,17 @@ class PostgreSQLDialect(Dialect):
     single_statement_options = {"isolation_level": "AUTOCOMMIT"}
     read_options = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
+    has_asyncio_driver = True
 
     def engine_options(self) -> dict[str, Any]:
         return {"connect_args": {"connect_timeout": 5}}
 
-    def connection_has_news(self, dbapi_connection: Any) -> bool:
+    def connection_has_news(self, driver_connection: Any) -> bool:
         # An idle connection has nothing to read, unless the server closed it
         # (restart, pg_terminate_backend): then its notice or EOF is waiting.
-        if dbapi_connection.closed:
+        if driver_connection.closed:
             return True
-        readable, _, _ = ready_descriptors([dbapi_connection.fileno()], [], [], 0)
+        readable, _, _ = ready_descriptors([driver_connection.fileno()], [], [], 0)
         return bool(readable)
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:

@@ -1,0 +1,53 @@
+"""Hand-rendered JSON for the poll answer, the one response whose size grows with load.
+
+A poll of 100 messages through the pydantic models decodes every stored
+payload, validates it as a JsonValue, and encodes it again. Stored payloads are
+already compact UTF-8 JSON (app/queue/payloads.py), so the answer embeds their
+bytes as they are. tests/unit/test_rendering.py checks that the bytes decode to
+exactly what PollResponse would give.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import Response
+
+from app.api.schemas import DeliveryKind, format_timestamp
+from app.queue.models import Lease, State
+
+_string = json.JSONEncoder(ensure_ascii=False).encode
+_EMPTY = b'{"lock_id":null,"messages":[]}'
+
+
+def poll_response(lease: Lease | None) -> Response:
+    """The `200` answer of a poll, as application/json."""
+    return Response(poll_body(lease), media_type="application/json")
+
+
+def poll_body(lease: Lease | None) -> bytes:
+    if lease is None:
+        return _EMPTY
+    expires_at = _string(format_timestamp(lease.expires_at))
+    # Every message of one poll shares its queue, state and lease end.
+    shared = f',"state":"{State.LEASED.value}","delivery":"'
+    tail = f'","lease_expires_at":{expires_at}}}'
+    messages = []
+    for delivery in lease.deliveries:
+        message = delivery.message
+        kind = DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST
+        head = (
+            f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'
+        ).encode()
+        times = (
+            f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
+            f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
+            f',"created_at":"{format_timestamp(message.created_at)}"'
+            f"{shared}{kind.value}{tail}"
+        ).encode()
+        messages.append(head + message.payload + times)
+    return (
+        f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode()
+        + b",".join(messages)
+        + b"]}"
+    )

@@ -1,0 +1,68 @@
+"""The hand-rendered poll answer decodes to exactly what the PollResponse model gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.api.rendering import poll_body
+from app.api.routes.messages import message_fields
+from app.api.schemas import DeliveredMessage, DeliveryKind, PollResponse
+from app.queue.models import Delivery, Lease, Message, State
+from app.queue.payloads import encode_payload
+
+PAYLOADS = [
+    None,
+    0,
+    -1.5e300,
+    "",
+    "Zürich \u2603 \U0001f600 \"quoted\" back\\slash \n new line \u2028",
+    [1, [2, [3]], {"deep": {"er": [None, True, False]}}],
+    {"text": "x" * 500, "unicode": "日本語", "nested": {"a": [], "b": {}}},
+]
+KEYS = ["plain", "with/slashes/and spaces", "ünïcødé-\u2603", 'quote"and\\backslash', "k" * 200]
+
+
+def _lease(redelivery: bool) -> Lease:
+    deliveries = tuple(
+        Delivery(
+            message=Message(
+                queue="q.name-1",
+                key=key,
+                payload=encode_payload(payload, 1 << 20),
+                scheduled_at=1_795_683_600_000 + index,
+                scheduled_at_initially=1_795_683_000_123,
+                created_at=-62_135_596_800_000,  # 0001-01-01T00:00:00.000Z
+                locked=True,
+            ),
+            redelivery=redelivery and index % 2 == 0,
+        )
+        for index, (key, payload) in enumerate(zip(KEYS * 2, PAYLOADS * 2, strict=False))
+    )
+    return Lease(lock_id="6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab", expires_at=253_402_300_799_999, deliveries=deliveries)
+
+
+def _through_the_model(lease: Lease | None) -> dict:
+    if lease is None:
+        return PollResponse(lock_id=None, messages=[]).model_dump(mode="json")
+    return PollResponse(
+        lock_id=lease.lock_id,
+        messages=[
+            DeliveredMessage(
+                **message_fields(delivery.message, State.LEASED),
+                delivery=DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST,
+                lease_expires_at=lease.expires_at,
+            )
+            for delivery in lease.deliveries
+        ],
+    ).model_dump(mode="json")
+
+
+@pytest.mark.parametrize("lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"])
+def test_the_rendered_poll_answer_equals_the_models(lease):
+    body = poll_body(lease)
+    assert json.loads(body) == _through_the_model(lease)
+    assert list(json.loads(body)) == ["lock_id", "messages"]
+    if lease is not None:
+        assert list(json.loads(body)["messages"][0]) == list(_through_the_model(lease)["messages"][0])
