@@ -1,0 +1,192 @@
+"""Hourglass as a benchmark target, twice: the service over HTTP, and its raw-SQL ceiling.
+
+The ceiling runs the statements the service runs on PostgreSQL (the same text,
+the same round trips, autocommit where the service commits one statement on its
+own), straight through psycopg on one connection per worker, with no HTTP, no
+JSON and no SQLAlchemy. Both targets share the `delayed_queue` table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+from http_client import Connection
+
+QUEUE = "bench"
+LEASE_SECONDS = 30
+
+_COLUMNS = '"pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially", "createdAt"'
+OFFER = (
+    f"INSERT INTO delayed_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
+    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
+)
+EXISTING_KEYS = 'SELECT "pKey" FROM delayed_queue WHERE "pKind" = %s AND "pKey" = ANY(%s)'
+OFFER_ROWS = (
+    f"INSERT INTO delayed_queue ({_COLUMNS}) "
+    "SELECT k, %s, p, s, s, %s FROM unnest(%s::varchar[], %s::bytea[], %s::bigint[]) AS t(k, p, s) "
+    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
+)
+CLAIM = (
+    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, "lockUuid" = %(lock_id)s '
+    'FROM (SELECT id, "scheduledAt" AS previous FROM delayed_queue '
+    'WHERE "pKind" = %(queue)s AND "scheduledAt" <= %(now)s ORDER BY "scheduledAt" '
+    "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked "
+    "WHERE delayed_queue.id = picked.id "
+    'RETURNING "pKey", payload, picked.previous, "scheduledAtInitially", "createdAt"'
+)
+ACKNOWLEDGE = 'DELETE FROM delayed_queue WHERE "lockUuid" = %s AND "pKind" = %s'
+PREFILL = (
+    f"INSERT INTO delayed_queue ({_COLUMNS}) "
+    "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
+    "FROM generate_series(1, %(count)s) AS g"
+)
+# Rows per SELECT of existing keys and per INSERT in a batch (SPEC §2).
+EXISTING_CHUNK = 500
+INSERT_CHUNK = 200
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Taken(list):
+    """What one poll returned, with the lock that acknowledges it."""
+
+    lock_id: str | None = None
+
+
+class _HourglassTable:
+    """Set-up shared by both targets: the table, emptied and vacuumed, filled by SQL."""
+
+    max_take = 1000
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def setup(self) -> None:
+        """The service migrates the schema when it starts; nothing to do here."""
+
+    async def clear(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
+            await connection.execute("TRUNCATE delayed_queue")
+            await connection.execute("VACUUM ANALYZE delayed_queue")
+
+    async def prefill(self, count: int, payload: bytes, due_in_seconds: float = 0.0) -> None:
+        # Due times one millisecond apart, the last one due `due_in_seconds` from now.
+        due = now_ms() + round(due_in_seconds * 1000) - count
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
+            await connection.execute(
+                PREFILL,
+                {"queue": QUEUE, "payload": payload, "due": due, "now": now_ms(), "count": count},
+            )
+            await connection.execute("VACUUM ANALYZE delayed_queue")
+
+    async def close(self) -> None:
+        pass
+
+
+class ServiceTarget(_HourglassTable):
+    """The running service, over HTTP on loopback."""
+
+    name = "hourglass"
+
+    def __init__(self, dsn: str, host: str, port: int) -> None:
+        super().__init__(dsn)
+        self.host = host
+        self.port = port
+
+    async def worker(self) -> ServiceWorker:
+        return ServiceWorker(Connection(self.host, self.port))
+
+
+class ServiceWorker:
+    def __init__(self, connection: Connection) -> None:
+        self.http = connection
+        self._messages = f"/v1/queues/{QUEUE}/messages/"
+
+    async def offer(self, key: str, payload: bytes) -> None:
+        body = b'{"payload":' + payload + b"}"
+        await self.http.json("PUT", self._messages + quote(key, safe=""), body, expect=(201,))
+
+    async def offer_batch(self, keys: Sequence[str], payload: bytes) -> None:
+        items = b",".join(
+            b'{"key":' + json.dumps(key).encode() + b',"payload":' + payload + b"}" for key in keys
+        )
+        await self.http.json("POST", f"/v1/queues/{QUEUE}/batch", b'{"messages":[' + items + b"]}")
+
+    async def take(self, limit: int, wait: float = 0) -> Taken:
+        answer = await self.http.json(
+            "POST", f"/v1/queues/{QUEUE}/poll", {"max": limit, "wait": wait, "lease": LEASE_SECONDS}
+        )
+        taken = Taken(answer["messages"])
+        taken.lock_id = answer["lock_id"]
+        return taken
+
+    async def finish(self, taken: Taken) -> None:
+        await self.http.json("DELETE", f"/v1/queues/{QUEUE}/locks/{taken.lock_id}", expect=(204,))
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+class CeilingTarget(_HourglassTable):
+    """The service's statements through psycopg, one autocommit connection per worker."""
+
+    name = "ceiling"
+
+    async def worker(self) -> CeilingWorker:
+        connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        return CeilingWorker(connection)
+
+
+class CeilingWorker:
+    def __init__(self, connection: psycopg.AsyncConnection) -> None:
+        self.connection = connection
+
+    async def offer(self, key: str, payload: bytes) -> None:
+        now = now_ms()
+        cursor = await self.connection.execute(OFFER, (key, QUEUE, payload, now, now, now))
+        assert await cursor.fetchone() is not None
+
+    async def offer_batch(self, keys: Sequence[str], payload: bytes) -> None:
+        now = now_ms()
+        existing: set[str] = set()
+        async with self.connection.cursor() as cursor:
+            for start in range(0, len(keys), EXISTING_CHUNK):
+                await cursor.execute(EXISTING_KEYS, (QUEUE, list(keys[start : start + EXISTING_CHUNK])))
+                existing.update(row[0] for row in await cursor.fetchall())
+            new = [key for key in keys if key not in existing]
+            for start in range(0, len(new), INSERT_CHUNK):
+                chunk = new[start : start + INSERT_CHUNK]
+                await cursor.execute(
+                    OFFER_ROWS, (QUEUE, now, chunk, [payload] * len(chunk), [now] * len(chunk))
+                )
+                await cursor.fetchall()
+
+    async def take(self, limit: int) -> Taken:
+        now = now_ms()
+        lock_id = str(uuid.uuid4())
+        parameters: dict[str, Any] = {
+            "queue": QUEUE,
+            "now": now,
+            "limit": limit,
+            "lock_id": lock_id,
+            "lease_until": now + LEASE_SECONDS * 1000,
+        }
+        cursor = await self.connection.execute(CLAIM, parameters)
+        taken = Taken(await cursor.fetchall())
+        taken.lock_id = lock_id
+        return taken
+
+    async def finish(self, taken: Taken) -> None:
+        await self.connection.execute(ACKNOWLEDGE, (taken.lock_id, QUEUE))
+
+    async def close(self) -> None:
+        await self.connection.close()

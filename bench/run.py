@@ -1,0 +1,689 @@
+"""Hourglass's benchmarks: every workload against the service over HTTP, its raw-SQL
+ceiling (the same statements through psycopg in this process) and the peers
+pgmq, pgqueuer and procrastinate, all in one run on one PostgreSQL database.
+
+    pip install -e '.[bench]'
+    python bench/run.py                          # full run, ~12 min: rewrites bench/RESULTS.md
+    python bench/run.py --quick --json /tmp/b.json   # under a minute, smaller counts
+
+The database named by --database-url is dropped and created afresh. The service
+runs as `hourglass serve` in its own process; the load comes from this process
+through a minimal keep-alive HTTP client, and every figure comes with the CPU
+split between the server, this process and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))  # for tests.server, which starts the service
+
+from hourglass import QUEUE, CeilingTarget, ServiceTarget, now_ms  # noqa: E402
+from http_client import Connection  # noqa: E402
+from peers import PEERS  # noqa: E402
+from targets import Target  # noqa: E402
+
+from tests.server import running_server  # noqa: E402
+
+# About 100 bytes of JSON, the same for every system.
+PAYLOAD = b'{"user":123456,"text":"' + b"x" * 70 + b'"}'
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+RESULTS_BEGIN = "<!-- bench/run.py writes from here -->"
+RESULTS_END = "<!-- bench/run.py writes up to here -->"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Counts and durations: --quick shrinks them, the full run uses the issue's."""
+
+    rounds: int
+    offer_clients: tuple[int, ...]
+    offer_seconds: float
+    batch_clients: int
+    batch_messages: int
+    drain_messages: int
+    drain_workers: tuple[int, ...]
+    drain_seconds: float
+    delayed_messages: int
+    delayed_spread: float
+    idle_seconds: float
+    scale_future: int
+    scale_polls: int
+    bloat_messages: int
+
+
+FULL = Plan(
+    rounds=3,
+    offer_clients=(1, 8, 32),
+    offer_seconds=3.0,
+    batch_clients=4,
+    batch_messages=50_000,
+    drain_messages=50_000,
+    drain_workers=(1, 4, 16),
+    drain_seconds=4.0,
+    delayed_messages=10_000,
+    delayed_spread=30.0,
+    idle_seconds=10.0,
+    scale_future=1_000_000,
+    scale_polls=2_000,
+    bloat_messages=200_000,
+)
+QUICK = Plan(
+    rounds=1,
+    offer_clients=(1, 32),
+    offer_seconds=0.7,
+    batch_clients=2,
+    batch_messages=5_000,
+    drain_messages=5_000,
+    drain_workers=(4,),
+    drain_seconds=0.8,
+    delayed_messages=1_000,
+    delayed_spread=3.0,
+    idle_seconds=2.0,
+    scale_future=100_000,
+    scale_polls=300,
+    bloat_messages=10_000,
+)
+
+
+# -- measuring --------------------------------------------------------------------
+
+
+def _process_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def _postgres_cpu() -> float:
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    total += _process_cpu(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return total
+
+
+class CpuSplit:
+    """CPU time of the server, this process and PostgreSQL between start() and stop()."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+
+    def _sample(self) -> tuple[float, float, float, float]:
+        times = os.times()
+        return (
+            time.perf_counter(),
+            _process_cpu(self.server_pid),
+            times.user + times.system,
+            _postgres_cpu(),
+        )
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after = self._sample()
+        wall = after[0] - self._before[0]
+        used = [round(100 * (a - b) / wall) for a, b in zip(after[1:], self._before[1:])]
+        return {"server_pct": used[0], "bench_pct": used[1], "postgres_pct": used[2]}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass
+class Measurement:
+    value: float
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    """One line of the results: a workload's figure for each system."""
+
+    name: str
+    unit: str
+    service: float | None
+    ceiling: float | None
+    peers: dict[str, float | None]
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.service is None or not self.ceiling:
+            return None
+        return self.service / self.ceiling
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+class Bench:
+    def __init__(self, plan: Plan, dsn: str, server_pid: int, service: Target, peers: list[Target]):
+        self.plan = plan
+        self.dsn = dsn
+        self.cpu = CpuSplit(server_pid)
+        self.service = service
+        self.ceiling = CeilingTarget(dsn)
+        self.peers = peers
+        self.rows: list[Row] = []
+
+    @property
+    def targets(self) -> list[Target]:
+        return [self.service, self.ceiling, *self.peers]
+
+    async def compare(
+        self,
+        name: str,
+        unit: str,
+        measure: Callable[[Target], Awaitable[dict[str, Measurement] | None]],
+        targets: list[Target] | None = None,
+    ) -> None:
+        """Run `measure` on each target, round after round, and keep the medians.
+
+        `measure` may give several figures at once (throughput and latencies); each
+        becomes a row named `name` plus its label.
+        """
+        targets = targets or self.targets
+        figures: dict[str, dict[str, list[Measurement]]] = {}
+        for _ in range(self.plan.rounds):
+            for target in targets:  # interleaved, so drift in the machine hits all alike
+                result = await measure(target)
+                for label, measurement in (result or {}).items():
+                    figures.setdefault(label, {}).setdefault(target.name, []).append(measurement)
+        for label, by_target in figures.items():
+            medians: dict[str, float | None] = {}
+            cpu: dict[str, dict[str, float]] = {}
+            for target in targets:
+                measurements = by_target.get(target.name)
+                if not measurements:
+                    medians[target.name] = None
+                    continue
+                ordered = sorted(measurements, key=lambda m: m.value)
+                middle = ordered[len(ordered) // 2]
+                medians[target.name] = middle.value
+                cpu[target.name] = middle.cpu
+            row = Row(
+                name=f"{name}{label}",
+                unit=unit if not label.endswith("ms") else "ms",
+                service=medians.pop(self.service.name, None),
+                ceiling=medians.pop(self.ceiling.name, None),
+                peers=medians,
+                cpu=cpu,
+                rounds={t: [round(m.value, 2) for m in ms] for t, ms in by_target.items()},
+            )
+            self.rows.append(row)
+            print(_format_row(row), flush=True)
+
+    # -- workloads ------------------------------------------------------------------
+
+    async def offers(self, clients: int) -> None:
+        async def measure(target: Target) -> dict[str, Measurement]:
+            await target.clear()
+            workers = [await target.worker() for _ in range(clients)]
+            prefix = uuid.uuid4().hex[:8]
+            latencies: list[float] = []
+            counter = iter(range(10**9))
+
+            async def offer(worker) -> None:
+                started = time.perf_counter()
+                await worker.offer(f"{prefix}-{next(counter)}", PAYLOAD)
+                latencies.append(time.perf_counter() - started)
+
+            await _for(workers, offer, self.plan.offer_seconds / 4)  # warm up
+            latencies.clear()
+            self.cpu.start()
+            elapsed = await _for(workers, offer, self.plan.offer_seconds)
+            cpu = self.cpu.stop()
+            await _close(workers)
+            return {
+                "": Measurement(len(latencies) / elapsed, cpu),
+                ": p50 ms": Measurement(percentile(latencies, 0.5) * 1000, cpu),
+                ": p99 ms": Measurement(percentile(latencies, 0.99) * 1000, cpu),
+            }
+
+        await self.compare(f"offer, 1 per request, {clients} clients", "msg/s", measure)
+
+    async def batch_offers(self) -> None:
+        clients, batches = self.plan.batch_clients, self.plan.batch_messages // 1000
+
+        async def measure(target: Target) -> dict[str, Measurement]:
+            await target.clear()
+            workers = [await target.worker() for _ in range(clients)]
+            prefix = uuid.uuid4().hex[:8]
+            for number, worker in enumerate(workers):  # warm up: one batch each
+                await worker.offer_batch([f"w{prefix}-{number}-{i}" for i in range(1000)], PAYLOAD)
+            pending = iter(range(batches))
+
+            async def offer(worker) -> None:
+                for batch in pending:
+                    await worker.offer_batch([f"{prefix}-{batch}-{i}" for i in range(1000)], PAYLOAD)
+
+            self.cpu.start()
+            started = time.perf_counter()
+            await asyncio.gather(*(offer(worker) for worker in workers))
+            elapsed = time.perf_counter() - started
+            cpu = self.cpu.stop()
+            await _close(workers)
+            return {"": Measurement(batches * 1000 / elapsed, cpu)}
+
+        await self.compare(
+            f"batch offer, 1000 per request, {clients} clients", "msg/s", measure
+        )
+
+    async def drain(self, limit: int, workers_count: int) -> None:
+        async def measure(target: Target) -> dict[str, Measurement] | None:
+            if limit > target.max_take:
+                return None
+            await target.clear()
+            await target.prefill(self.plan.drain_messages, PAYLOAD)
+            workers = [await target.worker() for _ in range(workers_count)]
+            delivered = 0
+            deadline = time.perf_counter() + self.plan.drain_seconds
+
+            async def work(worker) -> None:
+                nonlocal delivered
+                while time.perf_counter() < deadline:
+                    taken = await worker.take(limit)
+                    if not taken:
+                        return
+                    await worker.finish(taken)
+                    delivered += len(taken)
+
+            self.cpu.start()
+            started = time.perf_counter()
+            await asyncio.gather(*(work(worker) for worker in workers))
+            elapsed = time.perf_counter() - started
+            cpu = self.cpu.stop()
+            await _close(workers)
+            return {"": Measurement(delivered / elapsed, cpu)}
+
+        await self.compare(
+            f"drain, poll max={limit} + ack, {workers_count} workers", "msg/s", measure
+        )
+
+    async def delayed(self) -> None:
+        """Lateness of long-polling workers, then what they cost the database while idle."""
+        plan = self.plan
+        service = self.service
+        assert isinstance(service, ServiceTarget)
+        await service.clear()
+        producer = Connection(service.host, service.port)
+        first_due = now_ms() + 2000
+        step = plan.delayed_spread * 1000 / plan.delayed_messages
+        for start in range(0, plan.delayed_messages, 1000):
+            items = [
+                {
+                    "key": f"due-{n}",
+                    "payload": {"n": n},
+                    "scheduled_at": _rfc3339(first_due + round(n * step)),
+                }
+                for n in range(start, min(start + 1000, plan.delayed_messages))
+            ]
+            await producer.json("POST", f"/v1/queues/{QUEUE}/batch", {"messages": items})
+        await producer.close()
+
+        lateness: list[float] = []
+        done = asyncio.Event()
+
+        async def work() -> None:
+            worker = await service.worker()
+            try:
+                while not done.is_set():
+                    taken = await worker.take(100, wait=20)
+                    received = now_ms()
+                    for message in taken:
+                        due = _parse_rfc3339(message["scheduled_at_initially"])
+                        lateness.append(received - due)
+                    if taken:
+                        await worker.finish(taken)
+                    if len(lateness) >= plan.delayed_messages:
+                        done.set()
+            finally:
+                await worker.close()
+
+        self.cpu.start()
+        tasks = [asyncio.create_task(work()) for _ in range(4)]
+        await asyncio.wait_for(done.wait(), plan.delayed_spread + 60)
+        cpu = self.cpu.stop()
+        # The same four workers, long-polling an empty queue: count what reaches the database.
+        await asyncio.sleep(1)
+        statements_before = await self._statements()
+        idle_started = time.perf_counter()
+        await asyncio.sleep(plan.idle_seconds)
+        statements = (await self._statements() - statements_before) / (
+            time.perf_counter() - idle_started
+        )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+        rows = [
+            ("delayed delivery, 4 long-polling workers: lateness p50", percentile(lateness, 0.5)),
+            ("delayed delivery, 4 long-polling workers: lateness p95", percentile(lateness, 0.95)),
+            ("delayed delivery, 4 long-polling workers: lateness p99", percentile(lateness, 0.99)),
+        ]
+        for name, value in rows:
+            self._add(Row(name, "ms", value, None, {}, {"hourglass": cpu}))
+        self._add(
+            Row("idle, 4 workers long-polling an empty queue: database statements", "per s",
+                statements, None, {})
+        )
+
+    async def scale(self) -> None:
+        """Poll+ack latency with no and with many future messages; bloat after a long drain."""
+        plan = self.plan
+        targets: list[Target] = [self.service, self.ceiling]
+
+        async def latency(target: Target) -> dict[str, Measurement]:
+            await target.prefill(plan.scale_polls, PAYLOAD)
+            worker = await target.worker()
+            timings = []
+            for _ in range(plan.scale_polls):
+                started = time.perf_counter()
+                taken = await worker.take(1)
+                await worker.finish(taken)
+                timings.append(time.perf_counter() - started)
+            await worker.close()
+            return {"": Measurement(statistics.median(timings) * 1000)}
+
+        async def empty(target: Target) -> dict[str, Measurement]:
+            await target.clear()
+            return await latency(target)
+
+        await self.compare("poll max=1 + ack latency, no future messages", "ms", empty, targets)
+        await self.service.clear()
+        rss_before = _rss_kib(self.cpu.server_pid)
+        await self._future_messages(plan.scale_future)
+        await self.compare(
+            f"poll max=1 + ack latency, {plan.scale_future:,} future messages", "ms", latency,
+            targets,
+        )
+        self._add(
+            Row("server memory, before and after the future messages", "MiB",
+                _rss_kib(self.cpu.server_pid) / 1024, rss_before / 1024, {})
+        )
+
+        await self.service.clear()
+        await self.service.prefill(plan.bloat_messages, PAYLOAD)
+        workers = [await self.service.worker() for _ in range(4)]
+
+        async def drain(worker) -> None:
+            while taken := await worker.take(100):
+                await worker.finish(taken)
+
+        await asyncio.gather(*(drain(worker) for worker in workers))
+        await _close(workers)
+        after_drain = await latency(self.service)
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
+            await connection.execute("SELECT pg_stat_force_next_flush()")
+            row = await (
+                await connection.execute(
+                    "SELECT n_dead_tup, pg_total_relation_size('delayed_queue'), "
+                    "autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
+                )
+            ).fetchone()
+        dead, size, autovacuums = row
+        label = f"after draining {plan.bloat_messages:,} messages with max=100"
+        self._add(Row(f"{label}: poll max=1 + ack latency", "ms", after_drain[""].value, None, {}))
+        self._add(Row(f"{label}: dead tuples", "rows", dead, None, {}))
+        self._add(Row(f"{label}: table + index size", "MiB", size / 2**20, None, {}))
+        self._add(Row(f"{label}: autovacuum runs during the drain", "runs", autovacuums, None, {}))
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(_format_row(row), flush=True)
+
+    async def _statements(self) -> float:
+        connection = Connection(self.service.host, self.service.port)
+        status, body = await connection.request("GET", "/metrics")
+        await connection.close()
+        for line in body.decode().splitlines():
+            if line.startswith("hourglass_database_statements_total "):
+                return float(line.split()[1])
+        raise RuntimeError("the service exposes no hourglass_database_statements_total")
+
+    async def _future_messages(self, count: int) -> None:
+        """`count` messages due in a day, in the queue the latency is measured on."""
+        due = now_ms() + 86_400_000
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
+            await connection.execute(
+                "INSERT INTO delayed_queue "
+                '("pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially", "createdAt") '
+                "SELECT 'future-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
+                "FROM generate_series(1, %(count)s) AS g",
+                {"queue": QUEUE, "payload": PAYLOAD, "due": due, "now": now_ms(), "count": count},
+            )
+            await connection.execute("VACUUM ANALYZE delayed_queue")
+
+
+async def _for(workers: list, operation: Callable[[Any], Awaitable[None]], seconds: float) -> float:
+    """Run `operation` on every worker in a loop for `seconds`; the time it really took."""
+    deadline = time.perf_counter() + seconds
+
+    async def loop(worker) -> None:
+        while time.perf_counter() < deadline:
+            await operation(worker)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(worker) for worker in workers))
+    return time.perf_counter() - started
+
+
+async def _close(workers: list) -> None:
+    await asyncio.gather(*(worker.close() for worker in workers))
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _rfc3339(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _parse_rfc3339(text: str) -> int:
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+# -- reporting ----------------------------------------------------------------------
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
+
+
+def _format_row(row: Row) -> str:
+    peers = ", ".join(f"{name} {_number(value)}" for name, value in row.peers.items())
+    ratio = f" (x{row.ratio:.2f})" if row.ratio is not None else ""
+    return f"{row.name}: {_number(row.service)} {row.unit}{ratio}" + (
+        f"; ceiling {_number(row.ceiling)}" if row.ceiling is not None else ""
+    ) + (f"; {peers}" if peers else "")
+
+
+def _machine(dsn: str) -> str:
+    with psycopg.connect(dsn) as connection:
+        version = connection.execute("SHOW server_version").fetchone()[0]
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.machine(),
+    )
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        f"PostgreSQL {version}, {platform.system()} {platform.release()}"
+    )
+
+
+def markdown(rows: list[Row], peer_names: list[str], machine: str, command: str) -> str:
+    header = ["workload", "unit", "hourglass", "ceiling", "ratio", *peer_names,
+              "CPU % server / bench / postgres"]
+    lines = [
+        RESULTS_BEGIN,
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine}.",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in rows:
+        cpu = row.cpu.get("hourglass")
+        split = f"{cpu['server_pct']} / {cpu['bench_pct']} / {cpu['postgres_pct']}" if cpu else ""
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
+        cells = [row.name, row.unit, _number(row.service), _number(row.ceiling), ratio,
+                 *(_number(row.peers.get(name)) for name in peer_names), split]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", RESULTS_END]
+    return "\n".join(lines)
+
+
+def write_results(path: Path, block: str) -> None:
+    """Replace the generated block of `path`, keeping the prose around it."""
+    text = path.read_text() if path.exists() else f"# Benchmark results\n\n{RESULTS_BEGIN}\n{RESULTS_END}\n"
+    if RESULTS_BEGIN in text and RESULTS_END in text:
+        before, rest = text.split(RESULTS_BEGIN, 1)
+        after = rest.split(RESULTS_END, 1)[1]
+        text = before + block + after
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+# -- the run ------------------------------------------------------------------------
+
+
+def _fresh_database(dsn: str) -> None:
+    """Drop and create the database `dsn` names, through the server's `postgres` database."""
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+async def run(plan: Plan, dsn: str, port: int, server_pid: int, peer_names: list[str],
+              workloads: set[str]) -> list[Row]:
+    peers = [PEERS[name](dsn) for name in peer_names]
+    for peer in peers:
+        await peer.setup()
+    service = ServiceTarget(dsn, "127.0.0.1", port)
+    bench = Bench(plan, dsn, server_pid, service, peers)
+    try:
+        if "offer" in workloads:
+            for clients in plan.offer_clients:
+                await bench.offers(clients)
+        if "batch" in workloads:
+            await bench.batch_offers()
+        if "drain" in workloads:
+            for limit in (1, 100):
+                for workers in plan.drain_workers:
+                    await bench.drain(limit, workers)
+        if "delayed" in workloads:
+            await bench.delayed()
+        if "scale" in workloads:
+            await bench.scale()
+    finally:
+        for peer in peers:
+            await peer.close()
+    return bench.rows
+
+
+def _event_loop_factory():
+    """uvloop when installed (uvicorn[standard] brings it): less client CPU per request."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+WORKLOADS = ("offer", "batch", "drain", "delayed", "scale")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller counts, under a minute")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--results", type=Path,
+        help="Markdown file whose generated block to rewrite "
+        "(default: bench/RESULTS.md for a full run, none for --quick)",
+    )
+    parser.add_argument(
+        "--database-url", default="postgresql://root@127.0.0.1:5432/hourglass_bench",
+        help="PostgreSQL database to drop, create and use (default: %(default)s)",
+    )
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated, or '' for none")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
+    args = parser.parse_args(argv)
+
+    plan = QUICK if args.quick else FULL
+    peer_names = [name for name in args.peers.split(",") if name]
+    workloads = {name for name in args.workloads.split(",") if name}
+    if unknown := (set(peer_names) - set(PEERS)) | (workloads - set(WORKLOADS)):
+        parser.error(f"unknown peers or workloads: {sorted(unknown)}")
+    command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.perf_counter()
+    _fresh_database(args.database_url)
+    with running_server(args.database_url) as server:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            rows = runner.run(
+                run(plan, args.database_url, server.port, server.pid, peer_names, workloads)
+            )
+    machine = _machine(args.database_url)
+    print(f"finished in {time.perf_counter() - started:.0f} s")
+
+    results = args.results or (None if args.quick else BENCH / "RESULTS.md")
+    if results is not None:
+        write_results(results, markdown(rows, peer_names, machine, command.strip()))
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {"machine": machine, "command": command.strip(),
+                 "workloads": [row.as_json() for row in rows]},
+                indent=2,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
