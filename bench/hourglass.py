@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
-
 from http_client import Connection
+from psycopg.types.array import ListBinaryDumper
 
 QUEUE = "bench"
 LEASE_SECONDS = 30
@@ -143,6 +143,8 @@ class CeilingTarget(_HourglassTable):
 
     async def worker(self) -> CeilingWorker:
         connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        # As the service does (app/storage/dialects/postgresql.py): arrays in binary.
+        connection.adapters.register_dumper(list, ListBinaryDumper)
         return CeilingWorker(connection)
 
 

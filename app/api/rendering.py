@@ -1,28 +1,46 @@
-"""Hand-rendered JSON for the poll answer, the one response whose size grows with load.
+"""Hand-rendered JSON for the answers whose size grows with load: polls and batches.
 
 A poll of 100 messages through the pydantic models decodes every stored
-payload, validates it as a JsonValue, and encodes it again. Stored payloads are
-already compact UTF-8 JSON (app/queue/payloads.py), so the answer embeds their
-bytes as they are. tests/unit/test_rendering.py checks that the bytes decode to
-exactly what PollResponse would give.
+payload, validates it as a JsonValue, and encodes it again; a batch answer
+builds a model per item. Stored payloads are already compact UTF-8 JSON
+(app/queue/payloads.py), so a poll answer embeds their bytes as they are.
+tests/unit/test_rendering.py checks that both decode to exactly what
+PollResponse and BatchResponse would give.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Sequence
 
 from fastapi import Response
 
 from app.api.schemas import DeliveryKind, format_timestamp
-from app.queue.models import Lease, State
+from app.queue.models import Lease, Outcome, State
 
 _string = json.JSONEncoder(ensure_ascii=False).encode
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _EMPTY = b'{"lock_id":null,"messages":[]}'
 
 
 def poll_response(lease: Lease | None) -> Response:
     """The `200` answer of a poll, as application/json."""
     return Response(poll_body(lease), media_type="application/json")
+
+
+def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response:
+    """The `200` answer of a batch offer, results in input order."""
+    counts = Counter(outcomes)
+    body = {
+        "results": [
+            {"key": key, "outcome": outcome.value} for key, outcome in zip(keys, outcomes, strict=True)
+        ],
+        "created": counts[Outcome.CREATED],
+        "updated": counts[Outcome.UPDATED],
+        "ignored": counts[Outcome.IGNORED],
+    }
+    return Response(_compact(body).encode(), media_type="application/json")
 
 
 def poll_body(lease: Lease | None) -> bytes:

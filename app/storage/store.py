@@ -126,7 +126,7 @@ class SqlStore:
             existing.update(
                 self._read(
                     lambda connection, chunk=chunk: connection.execute(
-                        sql.existing_keys, {"queue": queue, "keys": chunk}
+                        self.dialect.existing_keys, {"queue": queue, "keys": chunk}
                     ).scalars().all()
                 )
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import command
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from app.storage.schema import alembic_config
 
@@ -31,3 +31,18 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         (("pKind", "scheduledAt"), False),
         (("lockUuid", "id"), False),
     }
+
+
+def test_postgresql_vacuums_the_queue_table_after_a_fixed_number_of_dead_rows(database):
+    if database.name != "postgresql":
+        return  # a PostgreSQL storage parameter; other databases have no autovacuum
+    engine = create_engine(database.url)
+    try:
+        with engine.connect() as connection:
+            options = connection.execute(
+                text("SELECT reloptions FROM pg_class WHERE relname = 'delayed_queue'")
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert "autovacuum_vacuum_threshold=1000" in options
+    assert "autovacuum_vacuum_scale_factor=0.01" in options

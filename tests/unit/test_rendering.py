@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from app.api.rendering import poll_body
+from app.api.rendering import batch_response, poll_body
 from app.api.routes.messages import message_fields
-from app.api.schemas import DeliveredMessage, DeliveryKind, PollResponse
-from app.queue.models import Delivery, Lease, Message, State
+from app.api.schemas import BatchResponse, BatchResult, DeliveredMessage, DeliveryKind, PollResponse
+from app.queue.models import Delivery, Lease, Message, Outcome, State
 from app.queue.payloads import encode_payload
 
 PAYLOADS = [
@@ -66,3 +66,17 @@ def test_the_rendered_poll_answer_equals_the_models(lease):
     assert list(json.loads(body)) == ["lock_id", "messages"]
     if lease is not None:
         assert list(json.loads(body)["messages"][0]) == list(_through_the_model(lease)["messages"][0])
+
+
+def test_the_rendered_batch_answer_equals_the_models():
+    keys = KEYS + ["plain"]
+    outcomes = [Outcome.CREATED, Outcome.UPDATED, Outcome.IGNORED, Outcome.CREATED, Outcome.IGNORED, Outcome.IGNORED]
+    rendered = json.loads(batch_response(keys, outcomes).body)
+    model = BatchResponse(
+        results=[BatchResult(key=key, outcome=outcome) for key, outcome in zip(keys, outcomes, strict=True)],
+        created=2,
+        updated=1,
+        ignored=3,
+    ).model_dump(mode="json")
+    assert rendered == model
+    assert list(rendered) == list(model)

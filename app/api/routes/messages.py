@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from urllib.parse import quote
 
 from fastapi import APIRouter, Response, status
 
 from app.api.deps import Service
 from app.api.openapi import problem_responses
+from app.api.rendering import batch_response
 from app.api.schemas import (
     BatchRequest,
     BatchResponse,
-    BatchResult,
     MessageKey,
     MessageResponse,
     OfferResponse,
@@ -115,10 +114,11 @@ async def delete_message(queue: QueueName, key: MessageKey, service: Service) ->
 
 @router.post(
     "/batch",
+    response_model=BatchResponse,
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
 )
-async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) -> BatchResponse:
+async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) -> Response:
     requests = [
         OfferRequest(
             key=item.key,
@@ -129,13 +129,4 @@ async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) ->
         for item in body.messages
     ]
     outcomes = await service.offer_many(queue, requests)
-    counts = Counter(outcomes)
-    return BatchResponse(
-        results=[
-            BatchResult(key=request.key, outcome=outcome)
-            for request, outcome in zip(requests, outcomes, strict=True)
-        ],
-        created=counts[Outcome.CREATED],
-        updated=counts[Outcome.UPDATED],
-        ignored=counts[Outcome.IGNORED],
-    )
+    return batch_response([request.key for request in requests], outcomes)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Table
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.storage import sql
@@ -22,6 +23,8 @@ class Dialect:
     single_statement_options: dict[str, Any] = {}
     # Execution options for a transaction that only reads.
     read_options: dict[str, Any] = {}
+    # Batch offer: which of these keys exist already (a list bound as "keys").
+    existing_keys: Select = sql.existing_keys
     # Whether the driver has an asyncio API, so the service can do I/O on its event
     # loop instead of handing each call to a thread.
     has_asyncio_driver = False

@@ -7,9 +7,21 @@ from select import select as ready_descriptors
 from typing import Any
 
 import psycopg
-from sqlalchemy import BigInteger, LargeBinary, String, Table, bindparam, func, select, update
+from psycopg.types.array import ListBinaryDumper
+from sqlalchemy import (
+    BigInteger,
+    LargeBinary,
+    String,
+    Table,
+    any_,
+    bindparam,
+    event,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
 
@@ -63,6 +75,13 @@ _insert_rows = (
     .returning(sql.columns.pKey)
 )
 
+# The same question with the keys as one array: one statement text whatever the
+# number of keys, so neither SQLAlchemy nor psycopg re-renders 500 placeholders.
+_existing_keys = select(sql.columns.pKey).where(
+    sql.columns.pKind == bindparam("queue"),
+    sql.columns.pKey == any_(bindparam("keys", type_=ARRAY(String))),
+)
+
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
 _UNDEFINED_TABLE = "42P01"
@@ -74,9 +93,18 @@ class PostgreSQLDialect(Dialect):
     read_options = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
     has_asyncio_driver = True
+    existing_keys = _existing_keys
 
     def engine_options(self) -> dict[str, Any]:
         return {"connect_args": {"connect_timeout": 5}}
+
+    def configure_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: object) -> None:
+            # Send list parameters (the batch's arrays) in binary: psycopg's text
+            # form escapes every element in Python, ~9x slower for 1000 rows.
+            connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+            connection.adapters.register_dumper(list, ListBinaryDumper)
 
     def connection_has_news(self, driver_connection: Any) -> bool:
         # An idle connection has nothing to read, unless the server closed it
