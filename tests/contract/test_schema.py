@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
@@ -33,10 +34,9 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
     }
 
 
-def test_postgresql_vacuums_the_queue_table_after_a_fixed_number_of_dead_rows(database):
-    if database.name != "postgresql":
-        return  # a PostgreSQL storage parameter; other databases have no autovacuum
-    engine = create_engine(database.url)
+@pytest.mark.postgresql_only
+def test_postgresql_vacuums_the_queue_table_after_a_fixed_number_of_dead_rows(postgresql_url):
+    engine = create_engine(postgresql_url)
     try:
         with engine.connect() as connection:
             options = connection.execute(
