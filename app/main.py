@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             default_lease_seconds=settings.default_lease,
             max_payload_bytes=settings.max_payload_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
-            threads=settings.pool_size,
+            connections=settings.pool_size,
         )
         app.state.service = service
         try:

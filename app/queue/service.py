@@ -55,7 +55,7 @@ class QueueService:
         default_lease_seconds: float,
         max_payload_bytes: int,
         poll_recheck_seconds: float,
-        threads: int,
+        connections: int,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -66,8 +66,11 @@ class QueueService:
         self._executor = (
             None
             if store.runs_on_event_loop
-            else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+            else ThreadPoolExecutor(max_workers=connections, thread_name_prefix="storage")
         )
+        # On the event loop, at most as many calls at once as there are connections:
+        # the rest wait here, which is cheaper than waiting inside the pool.
+        self._slots = asyncio.Semaphore(connections)
 
     async def close(self) -> None:
         """End waiting polls, wait for storage calls in flight, close the store."""
@@ -232,7 +235,8 @@ class QueueService:
 
     async def _run(self, call: Callable[[], T]) -> T:
         if self._executor is None:
-            return await greenlet_spawn(call)  # I/O on this event loop, no thread
+            async with self._slots:
+                return await greenlet_spawn(call)  # I/O on this event loop, no thread
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 

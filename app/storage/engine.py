@@ -39,7 +39,10 @@ def create_database_engine(
         **dialect.engine_options(),
     }
     if on_event_loop and dialect.has_asyncio_driver:
-        engine = create_async_engine(settings.database_url, **options).sync_engine
+        # Connections stay in autocommit; the store's transactions say BEGIN themselves.
+        engine = create_async_engine(
+            settings.database_url, isolation_level="AUTOCOMMIT", **options
+        ).sync_engine
     else:
         engine = create_engine(settings.database_url, **options)
     _ping_doubtful_connections(engine, dialect)

@@ -31,6 +31,7 @@ from app.queue.models import (
 )
 from app.storage import sql
 from app.storage.dialects import Dialect
+from app.storage.direct import DirectConnection, DirectStatements
 from app.storage.tables import delayed_queue as queue_table
 
 T = TypeVar("T")
@@ -94,6 +95,7 @@ class SqlStore:
         # An engine with an asyncio driver does its I/O on the event loop: its
         # methods must then be called through sqlalchemy.util.greenlet_spawn.
         self.runs_on_event_loop: bool = engine.dialect.is_async
+        self._direct = DirectStatements(engine) if self.runs_on_event_loop else None
         # RETURNING tells which rows went in; rowcount is not reliable for every driver.
         self._insert_returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
             sql.columns.pKey
@@ -318,8 +320,11 @@ class SqlStore:
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
-        return self._read(
-            lambda connection: MigrationContext.configure(connection).get_current_revision()
+        return self._run(
+            lambda connection: MigrationContext.configure(connection).get_current_revision(),
+            self.dialect.read_options,
+            transactional=False,
+            through_sqlalchemy=True,  # Alembic needs a real SQLAlchemy Connection
         )
 
     # -- running statements -------------------------------------------------------
@@ -331,20 +336,39 @@ class SqlStore:
     def _autocommit(self, work: Callable[[Connection], T]) -> T:
         """Run `work`, one statement, as its own transaction: no BEGIN/COMMIT round trips
         where the dialect can avoid them."""
-        return self._run(work, self.dialect.single_statement_options)
+        return self._run(work, self.dialect.single_statement_options, transactional=False)
 
     def _read(self, work: Callable[[Connection], T]) -> T:
-        return self._run(work, self.dialect.read_options)
+        return self._run(work, self.dialect.read_options, transactional=False)
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one transaction."""
-        return self._run(work, {})
+        return self._run(work, {}, transactional=True)
 
-    def _run(self, work: Callable[[Connection], T], options: dict[str, Any]) -> T:
-        """Run `work` on a pooled connection, again on a transient conflict."""
+    def _run(
+        self,
+        work: Callable[[Connection], T],
+        options: dict[str, Any],
+        *,
+        transactional: bool,
+        through_sqlalchemy: bool = False,
+    ) -> T:
+        """Run `work` on a pooled connection, again on a transient conflict.
+
+        On an engine with an asyncio driver, `work` gets a DirectConnection (see
+        app/storage/direct.py): in autocommit, with a transaction only when
+        `transactional`. Otherwise a SQLAlchemy Connection with `options`.
+        """
         for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
             try:
                 with self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS):
+                    if self._direct is not None and not through_sqlalchemy:
+                        direct = DirectConnection(self.engine, self._direct)
+                        try:
+                            with direct.begin(transactional):
+                                return work(direct)  # type: ignore[arg-type]
+                        finally:
+                            direct.close()
                     with self.engine.connect() as connection:
                         if options:
                             connection = connection.execution_options(**options)
