@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = create_store(settings, on_event_loop=True)
-        app.state.metrics.count_statements(store.engine)
+        app.state.metrics.count_statements(store)
         service = QueueService(
             store,
             clock,

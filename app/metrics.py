@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Info, generate_latest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from app import __version__
+from app.storage.store import SqlStore
 
 
 class Metrics:
@@ -25,12 +24,9 @@ class Metrics:
             registry=self.registry,
         )
 
-    def count_statements(self, engine: Engine) -> None:
-        """Count every statement `engine` sends."""
-        event.listen(engine, "after_cursor_execute", self._statement_executed)
-
-    def _statement_executed(self, *_: object) -> None:
-        self.database_statements.inc()
+    def count_statements(self, store: SqlStore) -> None:
+        """Count every statement `store` sends."""
+        store.listen_statements(self.database_statements.inc)
 
     def exposition(self) -> bytes:
         """Every collector's samples in the Prometheus text format."""

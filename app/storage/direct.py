@@ -17,7 +17,7 @@ access. It runs inside `sqlalchemy.util.greenlet_spawn`, like the engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +52,8 @@ class DirectStatements:
     def __init__(self, engine: Engine) -> None:
         self.dialect = engine.dialect
         self._compiled: dict[tuple[int, tuple[str, ...]], _Compiled] = {}
+        # Called after each statement, like SQLAlchemy's after_cursor_execute.
+        self.listeners: list[Callable[[], object]] = []
 
     def compiled(self, statement: ClauseElement, parameters: dict[str, Any]) -> _Compiled:
         # An INSERT without explicit values takes its columns from the parameters.
@@ -108,6 +110,8 @@ class DirectConnection:
         cursor = self._driver.cursor(row_factory=namedtuple_row)
         try:
             await_only(cursor.execute(compiled.sql, values))
+            for listener in self._statements.listeners:
+                listener()
             rows = await_only(cursor.fetchall()) if cursor.description is not None else []
             return DirectResult(rows, cursor.rowcount)
         except psycopg.Error as error:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import exc
+from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
@@ -384,6 +384,12 @@ class SqlStore:
             await_only(asyncio.sleep(seconds))  # let the event loop go on meanwhile
         else:
             time.sleep(seconds)
+
+    def listen_statements(self, listener: Callable[[], object]) -> None:
+        """Call `listener` after every statement sent to the database."""
+        event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
+        if self._direct is not None:
+            self._direct.listeners.append(listener)
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -73,3 +73,19 @@ def test_health_and_readiness_while_the_database_is_unreachable(unreachable_clie
     response = unreachable_client.get("/readyz")
     assert response.status_code == 503
     assert response.headers["content-type"] == "application/problem+json"
+
+
+def _statements(client) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("hourglass_database_statements_total "):
+            return float(line.split()[1])
+    raise AssertionError("no hourglass_database_statements_total in /metrics")
+
+
+def test_metrics_count_the_statements_sent_to_the_database(client):
+    before = _statements(client)
+    client.post("/v1/queues/q/poll", json={"max": 1})
+    after_one_poll = _statements(client)
+    assert after_one_poll > before
+    client.get("/healthz")  # touches no database
+    assert _statements(client) == after_one_poll
