@@ -67,23 +67,25 @@ class Plan:
     scale_future: int
     scale_polls: int
     bloat_messages: int
+    autovacuum_wait: float
 
 
 FULL = Plan(
     rounds=3,
     offer_clients=(1, 8, 32),
-    offer_seconds=3.0,
+    offer_seconds=2.5,
     batch_clients=4,
     batch_messages=50_000,
     drain_messages=50_000,
     drain_workers=(1, 4, 16),
-    drain_seconds=4.0,
+    drain_seconds=3.0,
     delayed_messages=10_000,
     delayed_spread=30.0,
     idle_seconds=10.0,
     scale_future=1_000_000,
     scale_polls=2_000,
     bloat_messages=200_000,
+    autovacuum_wait=75.0,
 )
 QUICK = Plan(
     rounds=1,
@@ -100,6 +102,7 @@ QUICK = Plan(
     scale_future=100_000,
     scale_polls=300,
     bloat_messages=10_000,
+    autovacuum_wait=0.0,
 )
 
 
@@ -204,13 +207,14 @@ class Bench:
         unit: str,
         measure: Callable[[Target], Awaitable[dict[str, Measurement] | None]],
         targets: list[Target] | None = None,
-    ) -> None:
+    ) -> list[Row]:
         """Run `measure` on each target, round after round, and keep the medians.
 
         `measure` may give several figures at once (throughput and latencies); each
         becomes a row named `name` plus its label.
         """
         targets = targets or self.targets
+        added: list[Row] = []
         figures: dict[str, dict[str, list[Measurement]]] = {}
         for _ in range(self.plan.rounds):
             for target in targets:  # interleaved, so drift in the machine hits all alike
@@ -238,8 +242,9 @@ class Bench:
                 cpu=cpu,
                 rounds={t: [round(m.value, 2) for m in ms] for t, ms in by_target.items()},
             )
-            self.rows.append(row)
-            print(_format_row(row), flush=True)
+            self._add(row)
+            added.append(row)
+        return added
 
     # -- workloads ------------------------------------------------------------------
 
@@ -417,18 +422,24 @@ class Bench:
             await target.clear()
             return await latency(target)
 
-        await self.compare("poll max=1 + ack latency, no future messages", "ms", empty, targets)
+        [without] = await self.compare(
+            "poll max=1 + ack latency, no future messages", "ms", empty, targets
+        )
         await self.service.clear()
         rss_before = _rss_kib(self.cpu.server_pid)
+        future = f"{plan.scale_future:,} future messages"
         await self._future_messages(plan.scale_future)
-        await self.compare(
-            f"poll max=1 + ack latency, {plan.scale_future:,} future messages", "ms", latency,
-            targets,
+        [with_future] = await self.compare(
+            f"poll max=1 + ack latency, {future}", "ms", latency, targets
         )
         self._add(
-            Row("server memory, before and after the future messages", "MiB",
-                _rss_kib(self.cpu.server_pid) / 1024, rss_before / 1024, {})
+            Row(f"poll max=1 + ack latency with {future} / without", "x",
+                _ratio(with_future.service, without.service),
+                _ratio(with_future.ceiling, without.ceiling), {})
         )
+        rss_after = _rss_kib(self.cpu.server_pid)
+        self._add(Row(f"server memory (RSS) with {future}", "MiB", rss_after / 1024, None, {}))
+        self._add(Row(f"server memory growth with {future}", "x", rss_after / rss_before, None, {}))
 
         await self.service.clear()
         await self.service.prefill(plan.bloat_messages, PAYLOAD)
@@ -449,12 +460,33 @@ class Bench:
                     "autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
                 )
             ).fetchone()
-        dead, size, autovacuums = row
+        dead, size, autovacuums_before = row
         label = f"after draining {plan.bloat_messages:,} messages with max=100"
         self._add(Row(f"{label}: poll max=1 + ack latency", "ms", after_drain[""].value, None, {}))
         self._add(Row(f"{label}: dead tuples", "rows", dead, None, {}))
         self._add(Row(f"{label}: table + index size", "MiB", size / 2**20, None, {}))
-        self._add(Row(f"{label}: autovacuum runs during the drain", "runs", autovacuums, None, {}))
+        if plan.autovacuum_wait:
+            # Autovacuum wakes every autovacuum_naptime (60 s by default): see how soon
+            # it cleans the drained table (migration 0002 sets its thresholds).
+            started = time.perf_counter()
+            while time.perf_counter() - started < plan.autovacuum_wait:
+                if await self._autovacuum_count() > autovacuums_before:
+                    break
+                await asyncio.sleep(1)
+            waited = time.perf_counter() - started
+            vacuumed = await self._autovacuum_count() > autovacuums_before
+            self._add(Row(f"{label}: seconds until autovacuum ran", "s",
+                          waited if vacuumed else None, None, {}))
+            after_vacuum = await latency(self.service)
+            self._add(Row(f"{label}, then autovacuum: poll max=1 + ack latency", "ms",
+                          after_vacuum[""].value, None, {}))
+
+    async def _autovacuum_count(self) -> int:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
+            cursor = await connection.execute(
+                "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
+            )
+            return (await cursor.fetchone())[0]
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -464,7 +496,7 @@ class Bench:
 
     async def _statements(self) -> float:
         connection = Connection(self.service.host, self.service.port)
-        status, body = await connection.request("GET", "/metrics")
+        _, body = await connection.request("GET", "/metrics")
         await connection.close()
         for line in body.decode().splitlines():
             if line.startswith("hourglass_database_statements_total "):
@@ -500,6 +532,10 @@ async def _for(workers: list, operation: Callable[[Any], Awaitable[None]], secon
 
 async def _close(workers: list) -> None:
     await asyncio.gather(*(worker.close() for worker in workers))
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
 
 
 def _rss_kib(pid: int) -> int:
