@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,6 +19,9 @@ from app.metrics import Metrics
 from app.queue.service import QueueService
 from app.storage.engine import create_store
 
+# Allocations between collections of the youngest generation (Python's default: 700).
+GC_FIRST_GENERATION_THRESHOLD = 10_000
+
 DESCRIPTION = """\
 Hourglass delivers messages at a time in the future. Producers offer a message
 under a unique key; workers poll for due messages, receive them under a lease
@@ -26,6 +30,22 @@ under a unique key; workers poll for due messages, receive them under a lease
 Times are RFC 3339 strings in UTC with milliseconds; durations are seconds.
 Errors are `application/problem+json`.
 """
+
+
+def _tune_garbage_collector() -> None:
+    """Keep Python's cycle collector off the request path as far as is safe.
+
+    Everything alive once the app has started (modules, FastAPI's routes and
+    models, SQLAlchemy's compiled statements) lives as long as the process, yet
+    every full collection walked it again: profiles of batch offers put ~40% of
+    the server's CPU inside pydantic validation, most of it collections that its
+    allocations set off. Freezing moves those objects out of the collector's
+    sight, and a larger first generation collects less often; cycles are still
+    collected.
+    """
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_FIRST_GENERATION_THRESHOLD, second, third)
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
@@ -46,6 +66,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             connections=settings.pool_size,
         )
         app.state.service = service
+        _tune_garbage_collector()
         try:
             yield
         finally:

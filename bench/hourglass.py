@@ -142,8 +142,11 @@ class CeilingTarget(_HourglassTable):
     name = "ceiling"
 
     async def worker(self) -> CeilingWorker:
-        connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-        # As the service does (app/storage/dialects/postgresql.py): arrays in binary.
+        # As the service does (app/storage/dialects/postgresql.py): custom plans,
+        # arrays in binary.
+        connection = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
+        )
         connection.adapters.register_dumper(list, ListBinaryDumper)
         return CeilingWorker(connection)
 

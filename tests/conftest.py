@@ -75,7 +75,7 @@ def _postgresql_admin(url: str):
     try:
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - whatever it is, the run must fail loudly
         admin.dispose()
         pytest.fail(
             f"PostgreSQL is not answering at {target.render_as_string(hide_password=True)}: {error}\n"

@@ -77,14 +77,14 @@ class DirectStatements:
             if not bind.required and name not in columns
         }
         # Conversions the types ask for (bytes wrapped for the driver, say), as SQLAlchemy does.
-        processors = dict(compiled._bind_processors)  # noqa: SLF001 - no public way to ask
+        processors = dict(compiled._bind_processors)  # no public way to ask
         return _Compiled(statement, compiled.string, defaults, processors)
 
 
 def _values_from_parameters(statement: ClauseElement) -> bool:
     return (
         isinstance(statement, Insert)
-        and not statement._values  # noqa: SLF001
+        and not statement._values
         and statement.select is None
     )
 

@@ -107,11 +107,12 @@ class SqlStore:
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
     ) -> OfferOutcome | None:
         """Create, update or ignore one message; None when `can_create` is off and it is missing."""
-        if can_create:
-            # Most offers create: one INSERT on its own, one round trip where the
-            # database allows. Only an existing key needs the transaction below.
-            if self._autocommit(lambda connection: self._insert(connection, queue, offer, now)):
-                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        # Most offers create: one INSERT on its own, one round trip where the
+        # database allows. Only an existing key needs the transaction below.
+        if can_create and self._autocommit(
+            lambda connection: self._insert(connection, queue, offer, now)
+        ):
+            return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
         return self._transaction(
             lambda connection: self._offer(connection, queue, offer, now, can_create)
         )

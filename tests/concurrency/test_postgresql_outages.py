@@ -20,7 +20,8 @@ def _terminate_other_backends(url: str) -> int:
         with engine.connect() as connection:
             return connection.execute(
                 text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    # With a timeout, pg_terminate_backend waits until the backend has exited.
+                    "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
             ).scalar()
@@ -42,10 +43,12 @@ def test_killed_connections_are_replaced_without_a_restart(postgresql_url):
 
 
 def test_an_unmigrated_database_is_503_not_500():
-    with scratch_postgresql_database("unmigrated") as url:
-        with TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client:
-            response = put(client, "q", "k", 1)
-            assert response.status_code == 503
-            assert "hourglass migrate" in response.json()["detail"]
-            assert client.post("/v1/queues/q/poll").status_code == 503
-            assert client.get("/readyz").status_code == 503
+    with (
+        scratch_postgresql_database("unmigrated") as url,
+        TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client,
+    ):
+        response = put(client, "q", "k", 1)
+        assert response.status_code == 503
+        assert "hourglass migrate" in response.json()["detail"]
+        assert client.post("/v1/queues/q/poll").status_code == 503
+        assert client.get("/readyz").status_code == 503

@@ -95,7 +95,7 @@ def test_waiting_polls_hold_no_database_connection(clean_database, clock):
 
 
 def test_polls_leave_no_subscription_behind(long_poll_client):
-    client, waiting = long_poll_client
+    client, _waiting = long_poll_client
     notifier = client.app.state.service.notifier
     for index in range(20):
         poll(client, f"queue-{index}")  # no wait: never subscribes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Connection, Engine
@@ -20,9 +20,9 @@ class Dialect:
     name = "generic"
     # Execution options for a read or a single-statement write that needs no
     # explicit transaction (one round trip where the driver supports it).
-    single_statement_options: dict[str, Any] = {}
+    single_statement_options: ClassVar[dict[str, Any]] = {}
     # Execution options for a transaction that only reads.
-    read_options: dict[str, Any] = {}
+    read_options: ClassVar[dict[str, Any]] = {}
     # Batch offer: which of these keys exist already (a list bound as "keys").
     existing_keys: Select = sql.existing_keys
     # Whether the driver has an asyncio API, so the service can do I/O on its event

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from select import select as ready_descriptors
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg.types.array import ListBinaryDumper
@@ -82,6 +82,15 @@ _existing_keys = select(sql.columns.pKey).where(
     sql.columns.pKey == any_(bindparam("keys", type_=ARRAY(String))),
 )
 
+# Plan every execution for its own parameters. psycopg prepares a statement after
+# five runs, and PostgreSQL may then switch to a generic plan built from the
+# table's statistics at that moment: planned while a queue was empty, the
+# existing-keys lookup became a sequential scan, and batch offers into a growing
+# table ran at a fifth of their speed until the next ANALYZE (issue 3). A queue
+# table goes from empty to millions of rows and back, so no plan made for one
+# size is safe for another; planning these small statements costs microseconds.
+SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
+
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
 _UNDEFINED_TABLE = "42P01"
@@ -89,14 +98,14 @@ _UNDEFINED_TABLE = "42P01"
 
 class PostgreSQLDialect(Dialect):
     name = "postgresql"
-    single_statement_options = {"isolation_level": "AUTOCOMMIT"}
-    read_options = {"isolation_level": "AUTOCOMMIT"}
+    single_statement_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
+    read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
     has_asyncio_driver = True
     existing_keys = _existing_keys
 
     def engine_options(self) -> dict[str, Any]:
-        return {"connect_args": {"connect_timeout": 5}}
+        return {"connect_args": {"connect_timeout": 5, "options": SESSION_OPTIONS}}
 
     def configure_engine(self, engine: Engine) -> None:
         @event.listens_for(engine, "connect")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import Table, event
 from sqlalchemy.dialects.sqlite import insert
@@ -22,7 +22,7 @@ _UNAVAILABLE_CODES = {5, 6, 8, 10, 11, 13, 14, 15, 26}
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
-    read_options = {"sqlite_read_only": True}
+    read_options: ClassVar[dict[str, Any]] = {"sqlite_read_only": True}
 
     def engine_options(self) -> dict[str, Any]:
         return {"connect_args": {"check_same_thread": False, "timeout": _BUSY_TIMEOUT_MS / 1000}}
