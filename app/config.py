@@ -33,9 +33,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""
     auto_migrate: bool = True
-    # Storage calls run on as many threads as there are connections, so none waits
-    # for a connection and none is opened and closed per request under load.
-    pool_size: int = Field(10, ge=1, description="database connections, and storage threads")
+    # At most this many storage calls run at once (on PostgreSQL on the event loop,
+    # on SQLite one thread each); the rest wait for a turn, up to 10 s, then 503.
+    pool_size: int = Field(10, ge=1, description="database connections; storage calls at once")
     # Long polls wake at once on offers made through this process; this bounds how
     # late they notice messages offered through another replica.
     poll_recheck_seconds: float = Field(1.0, gt=0, le=20)

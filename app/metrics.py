@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Info, generate_latest
 
 from app import __version__
-from app.storage.store import SqlStore
+from app.storage.store import Store
 
 
 class Metrics:
@@ -24,7 +24,7 @@ class Metrics:
             registry=self.registry,
         )
 
-    def count_statements(self, store: SqlStore) -> None:
+    def count_statements(self, store: Store) -> None:
         """Count every statement `store` sends."""
         store.listen_statements(self.database_statements.inc)
 

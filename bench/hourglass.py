@@ -78,7 +78,9 @@ class _HourglassTable:
             await connection.execute("TRUNCATE delayed_queue")
             await connection.execute("VACUUM ANALYZE delayed_queue")
 
-    async def prefill(self, count: int, payload: bytes, due_in_seconds: float = 0.0) -> None:
+    async def prefill(
+        self, count: int, payload: bytes, due_in_seconds: float = 0.0, *, vacuum: bool = True
+    ) -> None:
         # Due times one millisecond apart, the last one due `due_in_seconds` from now.
         due = now_ms() + round(due_in_seconds * 1000) - count
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
@@ -86,7 +88,8 @@ class _HourglassTable:
                 PREFILL,
                 {"queue": QUEUE, "payload": payload, "due": due, "now": now_ms(), "count": count},
             )
-            await connection.execute("VACUUM ANALYZE delayed_queue")
+            if vacuum:
+                await connection.execute("VACUUM ANALYZE delayed_queue")
 
     async def close(self) -> None:
         pass

@@ -3,7 +3,7 @@ ceiling (the same statements through psycopg in this process) and the peers
 pgmq, pgqueuer and procrastinate, all in one run on one PostgreSQL database.
 
     pip install -e '.[bench]'
-    python bench/run.py                          # full run, ~12 min: rewrites bench/RESULTS.md
+    python bench/run.py                          # full run, ~10 min: rewrites bench/RESULTS.md
     python bench/run.py --quick --json /tmp/b.json   # under a minute, smaller counts
 
 The database named by --database-url is dropped and created afresh. The service
@@ -114,16 +114,17 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def _postgres_cpu() -> float:
-    total = 0.0
+def _postgres_cpu() -> dict[int, float]:
+    """CPU seconds of every PostgreSQL process now, by pid."""
+    used: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() == "postgres":
-                    total += _process_cpu(int(entry.name))
+                    used[int(entry.name)] = _process_cpu(int(entry.name))
             except (FileNotFoundError, ProcessLookupError):
                 continue
-    return total
+    return used
 
 
 class CpuSplit:
@@ -132,7 +133,7 @@ class CpuSplit:
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
 
-    def _sample(self) -> tuple[float, float, float, float]:
+    def _sample(self) -> tuple[float, float, float, dict[int, float]]:
         times = os.times()
         return (
             time.perf_counter(),
@@ -147,8 +148,14 @@ class CpuSplit:
     def stop(self) -> dict[str, float]:
         after = self._sample()
         wall = after[0] - self._before[0]
-        used = [round(100 * (a - b) / wall) for a, b in zip(after[1:], self._before[1:])]
-        return {"server_pct": used[0], "bench_pct": used[1], "postgres_pct": used[2]}
+        # PostgreSQL: what each backend alive at the end used since the start (a
+        # backend started meanwhile, from zero); one that ended meanwhile is lost.
+        postgres = sum(cpu - self._before[3].get(pid, 0.0) for pid, cpu in after[3].items())
+        return {
+            "server_pct": round(100 * (after[1] - self._before[1]) / wall),
+            "bench_pct": round(100 * (after[2] - self._before[2]) / wall),
+            "postgres_pct": round(100 * postgres / wall),
+        }
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -176,8 +183,8 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        if self.service is None or not self.ceiling:
-            return None
+        if self.service is None or not self.ceiling or self.unit == "x":
+            return None  # a growth factor's "ceiling" column is the ceiling's own growth
         return self.service / self.ceiling
 
     def as_json(self) -> dict[str, Any]:
@@ -336,21 +343,7 @@ class Bench:
         service = self.service
         assert isinstance(service, ServiceTarget)
         await service.clear()
-        producer = Connection(service.host, service.port)
-        first_due = now_ms() + 2000
-        step = plan.delayed_spread * 1000 / plan.delayed_messages
-        for start in range(0, plan.delayed_messages, 1000):
-            items = [
-                {
-                    "key": f"due-{n}",
-                    "payload": {"n": n},
-                    "scheduled_at": _rfc3339(first_due + round(n * step)),
-                }
-                for n in range(start, min(start + 1000, plan.delayed_messages))
-            ]
-            await producer.json("POST", f"/v1/queues/{QUEUE}/batch", {"messages": items})
-        await producer.close()
-
+        # The workers wait first, so producing cannot eat into the first due times.
         lateness: list[float] = []
         done = asyncio.Event()
 
@@ -372,6 +365,24 @@ class Bench:
 
         self.cpu.start()
         tasks = [asyncio.create_task(work()) for _ in range(4)]
+        payload = json.loads(PAYLOAD)
+        producer = Connection(service.host, service.port)
+        first_due = now_ms() + 2000
+        step = plan.delayed_spread * 1000 / plan.delayed_messages
+        for start in range(0, plan.delayed_messages, 1000):
+            items = [
+                {
+                    "key": f"due-{n}",
+                    "payload": payload,
+                    "scheduled_at": _rfc3339(first_due + round(n * step)),
+                }
+                for n in range(start, min(start + 1000, plan.delayed_messages))
+            ]
+            await producer.json("POST", f"/v1/queues/{QUEUE}/batch", {"messages": items})
+        await producer.close()
+        if now_ms() > first_due:
+            raise RuntimeError("offering took longer than the 2 s lead: lateness would be wrong")
+
         await asyncio.wait_for(done.wait(), plan.delayed_spread + 60)
         cpu = self.cpu.stop()
         # The same four workers, long-polling an empty queue: count what reaches the database.
@@ -403,8 +414,8 @@ class Bench:
         plan = self.plan
         targets: list[Target] = [self.service, self.ceiling]
 
-        async def latency(target: Target) -> dict[str, Measurement]:
-            await target.prefill(plan.scale_polls, PAYLOAD)
+        async def latency(target: Target, vacuum: bool = True) -> dict[str, Measurement]:
+            await target.prefill(plan.scale_polls, PAYLOAD, vacuum=vacuum)
             worker = await target.worker()
             timings = []
             for _ in range(plan.scale_polls):
@@ -449,7 +460,7 @@ class Bench:
 
         await asyncio.gather(*(drain(worker) for worker in workers))
         await _close(workers)
-        after_drain = await latency(self.service)
+        # Read the table as the drain left it, before anything else touches it.
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
             await connection.execute("SELECT pg_stat_force_next_flush()")
             row = await (
@@ -458,6 +469,7 @@ class Bench:
                     "autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
                 )
             ).fetchone()
+        after_drain = await latency(self.service, vacuum=False)
         dead, size, autovacuums_after = row
         label = f"after draining {plan.bloat_messages:,} messages with max=100"
         self._add(Row(f"{label}: poll max=1 + ack latency", "ms", after_drain[""].value, None, {}))

@@ -20,7 +20,12 @@ from typing import Any, TypeVar
 from sqlalchemy.util import greenlet_spawn
 
 from app.clock import Clock
-from app.queue.errors import LockNotFound, MessageNotFound, PurgeNotConfirmed
+from app.queue.errors import (
+    LockNotFound,
+    MessageNotFound,
+    PurgeNotConfirmed,
+    StorageUnavailable,
+)
 from app.queue.models import (
     Lease,
     Message,
@@ -34,6 +39,7 @@ from app.queue.models import (
 )
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
+from app.storage.engine import POOL_TIMEOUT_SECONDS
 from app.storage.schema import head_revision
 from app.storage.store import Store
 
@@ -70,14 +76,20 @@ class QueueService:
         )
         # On the event loop, at most as many calls at once as there are connections:
         # the rest wait here, which is cheaper than waiting inside the pool.
+        self._connections = connections
         self._slots = asyncio.Semaphore(connections)
 
     async def close(self) -> None:
         """End waiting polls, wait for storage calls in flight, close the store."""
         self.notifier.close()
-        await self._run(self.store.close)
         if self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._executor.shutdown)  # waits for calls
+            await loop.run_in_executor(None, self.store.close)
+            return
+        for _ in range(self._connections):  # every slot: no call is in flight any more
+            await self._slots.acquire()
+        await greenlet_spawn(self.store.close)
 
     # -- offers -------------------------------------------------------------------
 
@@ -235,8 +247,17 @@ class QueueService:
 
     async def _run(self, call: Callable[[], T]) -> T:
         if self._executor is None:
-            async with self._slots:
+            try:
+                async with asyncio.timeout(POOL_TIMEOUT_SECONDS):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise StorageUnavailable(
+                    "the database is busy: no connection free in time"
+                ) from None
+            try:
                 return await greenlet_spawn(call)  # I/O on this event loop, no thread
+            finally:
+                self._slots.release()
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 

@@ -9,6 +9,10 @@ compiles each one once with the engine's dialect and sends the compiled SQL
 through psycopg on a connection from the engine's own pool, so pooling,
 checkout pings, disconnect handling and error types stay SQLAlchemy's.
 
+Results are rows as the driver returns them: no result processors run, which is
+right for the column types the store reads today (integers, strings, bytea,
+booleans); a column type that needs converting on the way out would need it.
+
 It offers the part of SQLAlchemy's Connection API the store uses: `execute`
 with one dict of parameters, `begin()`, and results with `first`, `scalar`,
 `scalars().all()`, `all`, `rowcount` and iteration over rows with attribute
@@ -107,8 +111,9 @@ class DirectConnection:
     def execute(self, statement: ClauseElement, parameters: dict[str, Any]) -> DirectResult:
         compiled = self._statements.compiled(statement, parameters)
         values = compiled.values(parameters)
-        cursor = self._driver.cursor(row_factory=namedtuple_row)
+        cursor = None
         try:
+            cursor = self._driver.cursor(row_factory=namedtuple_row)
             await_only(cursor.execute(compiled.sql, values))
             for listener in self._statements.listeners:
                 listener()
@@ -117,7 +122,8 @@ class DirectConnection:
         except psycopg.Error as error:
             raise self._translated(error, compiled.sql, values) from error
         finally:
-            await_only(cursor.close())
+            if cursor is not None:
+                await_only(cursor.close())
 
     @contextmanager
     def begin(self, transactional: bool = True) -> Iterator[None]:

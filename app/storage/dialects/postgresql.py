@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from select import select as ready_descriptors
+from select import POLLIN, poll
 from typing import Any, ClassVar
 
 import psycopg
@@ -118,10 +118,13 @@ class PostgreSQLDialect(Dialect):
     def connection_has_news(self, driver_connection: Any) -> bool:
         # An idle connection has nothing to read, unless the server closed it
         # (restart, pg_terminate_backend): then its notice or EOF is waiting.
+        # poll(), not select(): a server with many open sockets has descriptors
+        # above select()'s limit of 1024.
         if driver_connection.closed:
             return True
-        readable, _, _ = ready_descriptors([driver_connection.fileno()], [], [], 0)
-        return bool(readable)
+        waiting = poll()
+        waiting.register(driver_connection.fileno(), POLLIN)
+        return bool(waiting.poll(0))
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
