@@ -40,23 +40,36 @@ def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:
 def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
     from app.main import create_app
 
-    sys.stdout.write(yaml.safe_dump(create_app(settings).openapi(), sort_keys=False, allow_unicode=True))
+    sys.stdout.write(
+        yaml.safe_dump(create_app(settings).openapi(), sort_keys=False, allow_unicode=True)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="hourglass", description="Hourglass delayed-message service")
+    parser = argparse.ArgumentParser(
+        prog="hourglass", description="Hourglass delayed-message service"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP service (migrates first unless HOURGLASS_AUTO_MIGRATE=0)")
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service (migrates first unless HOURGLASS_AUTO_MIGRATE=0)"
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument(
-        "--graceful-shutdown", type=float, default=25, metavar="SECONDS",
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument(
+        "--graceful-shutdown",
+        type=float,
+        default=25,
+        metavar="SECONDS",
         help="on SIGTERM, how long in-flight requests may take to finish",
     )
     serve.add_argument(
-        "--access-log", action=argparse.BooleanOptionalAction, default=True,
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="log every request (default: on)",
     )
     serve.set_defaults(run=_serve)
@@ -68,7 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     openapi.set_defaults(run=_openapi)
 
     arguments = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     arguments.run(arguments, Settings())
 

@@ -168,7 +168,9 @@ class CeilingWorker:
         existing: set[str] = set()
         async with self.connection.cursor() as cursor:
             for start in range(0, len(keys), EXISTING_CHUNK):
-                await cursor.execute(EXISTING_KEYS, (QUEUE, list(keys[start : start + EXISTING_CHUNK])))
+                await cursor.execute(
+                    EXISTING_KEYS, (QUEUE, list(keys[start : start + EXISTING_CHUNK]))
+                )
                 existing.update(row[0] for row in await cursor.fetchall())
             new = [key for key in keys if key not in existing]
             for start in range(0, len(new), INSERT_CHUNK):

@@ -87,7 +87,9 @@ class _PeerTarget:
         await asyncio.gather(*(lane(first) for first in range(PREFILL_CONNECTIONS)))
         await self.vacuum()
 
-    async def fill(self, connection: Any, start: int, size: int, payload: bytes, due: float) -> None:
+    async def fill(
+        self, connection: Any, start: int, size: int, payload: bytes, due: float
+    ) -> None:
         """Put messages start … start + size - 1 in the queue, in one call."""
         raise NotImplementedError
 
@@ -116,7 +118,9 @@ class PgmqTarget(_PeerTarget):
                 await admin.execute(script.encode())  # no parameters: run as is
         await admin.execute("SELECT pgmq.create(%s)", (QUEUE,))
 
-    async def fill(self, connection: Any, start: int, size: int, payload: bytes, due: float) -> None:
+    async def fill(
+        self, connection: Any, start: int, size: int, payload: bytes, due: float
+    ) -> None:
         await connection.execute(
             "SELECT count(*) FROM pgmq.send_batch(%s, %s::jsonb[],"
             " clock_timestamp() + make_interval(secs => %s))",
@@ -183,7 +187,9 @@ class PgqueuerTarget(_PeerTarget):
         self._tag = uuid.uuid4().hex[:8]  # fresh keys: a second prefill must not be skipped
         await super().prefill(count, payload, due_in_seconds)
 
-    async def fill(self, connection: Any, start: int, size: int, payload: bytes, due: float) -> None:
+    async def fill(
+        self, connection: Any, start: int, size: int, payload: bytes, due: float
+    ) -> None:
         await Queries(PsycopgDriver(connection)).enqueue(
             [QUEUE] * size,
             [payload] * size,
@@ -268,7 +274,9 @@ class ProcrastinateTarget(_PeerTarget):
         finally:
             await app.close_async()
 
-    async def fill(self, connection: Any, start: int, size: int, payload: bytes, due: float) -> None:
+    async def fill(
+        self, connection: Any, start: int, size: int, payload: bytes, due: float
+    ) -> None:
         """A direct INSERT, equivalent to `batch_defer_async`: its procrastinate_defer_jobs_v1 is
         an INSERT … SELECT of these columns (the same row triggers fire: a 'deferred' event, a
         NOTIFY, a 'scheduled' event when scheduled_at is set). The client's per-job Python

@@ -85,7 +85,9 @@ def _server_pid(port: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("workload", choices=["offer", "batch", "drain", "empty-poll"])
     parser.add_argument("--port", type=int, default=8181)
     parser.add_argument("--pid", type=int, help="the server's pid (default: found from the port)")

@@ -292,7 +292,9 @@ class Bench:
 
             async def offer(worker) -> None:
                 for batch in pending:
-                    await worker.offer_batch([f"{prefix}-{batch}-{i}" for i in range(1000)], PAYLOAD)
+                    await worker.offer_batch(
+                        [f"{prefix}-{batch}-{i}" for i in range(1000)], PAYLOAD
+                    )
 
             self.cpu.start()
             started = time.perf_counter()
@@ -302,9 +304,7 @@ class Bench:
             await _close(workers)
             return {"": Measurement(batches * 1000 / elapsed, cpu)}
 
-        await self.compare(
-            f"batch offer, 1000 per request, {clients} clients", "msg/s", measure
-        )
+        await self.compare(f"batch offer, 1000 per request, {clients} clients", "msg/s", measure)
 
     async def drain(self, limit: int, workers_count: int) -> None:
         async def measure(target: Target) -> dict[str, Measurement] | None:
@@ -405,8 +405,13 @@ class Bench:
         for name, value in rows:
             self._add(Row(name, "ms", value, None, {}, {"hourglass": cpu}))
         self._add(
-            Row("idle, 4 workers long-polling an empty queue: database statements", "per s",
-                statements, None, {})
+            Row(
+                "idle, 4 workers long-polling an empty queue: database statements",
+                "per s",
+                statements,
+                None,
+                {},
+            )
         )
 
     async def scale(self) -> None:
@@ -441,9 +446,13 @@ class Bench:
             f"poll max=1 + ack latency, {future}", "ms", latency, targets
         )
         self._add(
-            Row(f"poll max=1 + ack latency with {future} / without", "x",
+            Row(
+                f"poll max=1 + ack latency with {future} / without",
+                "x",
                 _ratio(with_future.service, without.service),
-                _ratio(with_future.ceiling, without.ceiling), {})
+                _ratio(with_future.ceiling, without.ceiling),
+                {},
+            )
         )
         rss_after = _rss_kib(self.cpu.server_pid)
         self._add(Row(f"server memory (RSS) with {future}", "MiB", rss_after / 1024, None, {}))
@@ -475,8 +484,15 @@ class Bench:
         self._add(Row(f"{label}: poll max=1 + ack latency", "ms", after_drain[""].value, None, {}))
         self._add(Row(f"{label}: dead tuples", "rows", dead, None, {}))
         self._add(Row(f"{label}: table + index size", "MiB", size / 2**20, None, {}))
-        self._add(Row(f"{label}: autovacuum runs meanwhile", "runs",
-                      autovacuums_after - autovacuums_before, None, {}))
+        self._add(
+            Row(
+                f"{label}: autovacuum runs meanwhile",
+                "runs",
+                autovacuums_after - autovacuums_before,
+                None,
+                {},
+            )
+        )
 
     async def _autovacuum_count(self) -> int:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
@@ -564,17 +580,22 @@ def _number(value: float | None) -> str:
 def _format_row(row: Row) -> str:
     peers = ", ".join(f"{name} {_number(value)}" for name, value in row.peers.items())
     ratio = f" (x{row.ratio:.2f})" if row.ratio is not None else ""
-    return f"{row.name}: {_number(row.service)} {row.unit}{ratio}" + (
-        f"; ceiling {_number(row.ceiling)}" if row.ceiling is not None else ""
-    ) + (f"; {peers}" if peers else "")
+    return (
+        f"{row.name}: {_number(row.service)} {row.unit}{ratio}"
+        + (f"; ceiling {_number(row.ceiling)}" if row.ceiling is not None else "")
+        + (f"; {peers}" if peers else "")
+    )
 
 
 def _machine(dsn: str) -> str:
     with psycopg.connect(dsn) as connection:
         version = connection.execute("SHOW server_version").fetchone()[0]
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
         platform.machine(),
     )
     return (
@@ -584,8 +605,15 @@ def _machine(dsn: str) -> str:
 
 
 def markdown(rows: list[Row], peer_names: list[str], machine: str, command: str) -> str:
-    header = ["workload", "unit", "hourglass", "ceiling", "ratio", *peer_names,
-              "CPU % server / bench / postgres"]
+    header = [
+        "workload",
+        "unit",
+        "hourglass",
+        "ceiling",
+        "ratio",
+        *peer_names,
+        "CPU % server / bench / postgres",
+    ]
     lines = [
         RESULTS_BEGIN,
         "",
@@ -602,8 +630,15 @@ def markdown(rows: list[Row], peer_names: list[str], machine: str, command: str)
         cpu = row.cpu.get("hourglass")
         split = f"{cpu['server_pct']} / {cpu['bench_pct']} / {cpu['postgres_pct']}" if cpu else ""
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
-        cells = [row.name, row.unit, _number(row.service), _number(row.ceiling), ratio,
-                 *(_number(row.peers.get(name)) for name in peer_names), split]
+        cells = [
+            row.name,
+            row.unit,
+            _number(row.service),
+            _number(row.ceiling),
+            ratio,
+            *(_number(row.peers.get(name)) for name in peer_names),
+            split,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", RESULTS_END]
     return "\n".join(lines)
@@ -611,7 +646,11 @@ def markdown(rows: list[Row], peer_names: list[str], machine: str, command: str)
 
 def write_results(path: Path, block: str) -> None:
     """Replace the generated block of `path`, keeping the prose around it."""
-    text = path.read_text() if path.exists() else f"# Benchmark results\n\n{RESULTS_BEGIN}\n{RESULTS_END}\n"
+    text = (
+        path.read_text()
+        if path.exists()
+        else f"# Benchmark results\n\n{RESULTS_BEGIN}\n{RESULTS_END}\n"
+    )
     if RESULTS_BEGIN in text and RESULTS_END in text:
         before, rest = text.split(RESULTS_BEGIN, 1)
         after = rest.split(RESULTS_END, 1)[1]
@@ -629,12 +668,15 @@ def _fresh_database(dsn: str) -> None:
     name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
     with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-async def run(plan: Plan, dsn: str, port: int, server_pid: int, peer_names: list[str],
-              workloads: set[str]) -> list[Row]:
+async def run(
+    plan: Plan, dsn: str, port: int, server_pid: int, peer_names: list[str], workloads: set[str]
+) -> list[Row]:
     peers = [PEERS[name](dsn) for name in peer_names]
     for peer in peers:
         await peer.setup()
@@ -673,16 +715,20 @@ WORKLOADS = ("offer", "batch", "drain", "delayed", "scale")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller counts, under a minute")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument(
-        "--results", type=Path,
+        "--results",
+        type=Path,
         help="Markdown file whose generated block to rewrite "
         "(default: bench/RESULTS.md for a full run, none for --quick)",
     )
     parser.add_argument(
-        "--database-url", default="postgresql://root@127.0.0.1:5432/hourglass_bench",
+        "--database-url",
+        default="postgresql://root@127.0.0.1:5432/hourglass_bench",
         help="PostgreSQL database to drop, create and use (default: %(default)s)",
     )
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated, or '' for none")
@@ -713,8 +759,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.json is not None:
         args.json.write_text(
             json.dumps(
-                {"machine": machine, "command": command.strip(),
-                 "workloads": [row.as_json() for row in rows]},
+                {
+                    "machine": machine,
+                    "command": command.strip(),
+                    "workloads": [row.as_json() for row in rows],
+                },
                 indent=2,
             )
         )

@@ -46,7 +46,12 @@ def problem(
     """A problem+json response; `slug` names the problem type (default: the status's name)."""
     phrase = HTTPStatus(status).phrase
     slug = slug or phrase.lower().replace(" ", "-")
-    body = {"type": f"urn:hourglass:problem:{slug}", "title": phrase, "status": status, "detail": detail}
+    body = {
+        "type": f"urn:hourglass:problem:{slug}",
+        "title": phrase,
+        "status": status,
+        "detail": detail,
+    }
     return ProblemResponse(body | extra, status_code=status, headers=headers)
 
 
@@ -76,7 +81,9 @@ async def _validation_error(_request: Request, error: Exception) -> ProblemRespo
         for item in error.errors()
     ]
     summary = "; ".join(f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in details)
-    return problem(422, summary or "invalid request", slug="invalid-request", errors=jsonable_encoder(details))
+    return problem(
+        422, summary or "invalid request", slug="invalid-request", errors=jsonable_encoder(details)
+    )
 
 
 async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
@@ -84,7 +91,9 @@ async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
     if error.status_code == 400 and error.__cause__ is not None:
         # FastAPI's answer when the JSON parser itself gives up (nesting too deep,
         # an integer too long to convert): the body is invalid input like any other.
-        return problem(422, "the request body is not JSON this service can read", slug="invalid-request")
+        return problem(
+            422, "the request body is not JSON this service can read", slug="invalid-request"
+        )
     detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
     return problem(error.status_code, detail, headers=getattr(error, "headers", None))
 

@@ -16,7 +16,9 @@ _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The `responses=` entry documenting these error statuses of a route."""
-    return {status: {"model": Problem, "description": HTTPStatus(status).phrase} for status in statuses}
+    return {
+        status: {"model": Problem, "description": HTTPStatus(status).phrase} for status in statuses
+    }
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response
     counts = Counter(outcomes)
     body = {
         "results": [
-            {"key": key, "outcome": outcome.value} for key, outcome in zip(keys, outcomes, strict=True)
+            {"key": key, "outcome": outcome.value}
+            for key, outcome in zip(keys, outcomes, strict=True)
         ],
         "created": counts[Outcome.CREATED],
         "updated": counts[Outcome.UPDATED],
@@ -65,7 +66,5 @@ def poll_body(lease: Lease | None) -> bytes:
         ).encode()
         messages.append(head + message.payload + times)
     return (
-        f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode()
-        + b",".join(messages)
-        + b"]}"
+        f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode() + b",".join(messages) + b"]}"
     )

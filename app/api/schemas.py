@@ -27,9 +27,7 @@ from app.queue.models import IfExists, Outcome, State, When
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # RFC 3339 date-time: seconds required, any fraction, a zone (Z or an offset).
-RFC3339_PATTERN = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
+RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 # 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
 MAX_LEASE_SECONDS = 12 * 3600
@@ -43,7 +41,11 @@ QueueName = Annotated[
     str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
 ]
 MessageKey = Annotated[
-    str, Path(pattern=KEY_PATTERN, description="Key: 1-200 characters, no control characters; may contain `/`")
+    str,
+    Path(
+        pattern=KEY_PATTERN,
+        description="Key: 1-200 characters, no control characters; may contain `/`",
+    ),
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -159,7 +161,10 @@ class PollRequest(_Request):
         0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a message when none is due"
     )
     lease: Number | None = Field(
-        None, ge=1, le=MAX_LEASE_SECONDS, description="Seconds before unacknowledged messages come back"
+        None,
+        ge=1,
+        le=MAX_LEASE_SECONDS,
+        description="Seconds before unacknowledged messages come back",
     )
 
 
@@ -169,7 +174,10 @@ class ExtendRequest(_Request):
 
 class ReleaseRequest(_Request):
     delay: Number = Field(
-        0, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the messages are due again"
+        0,
+        ge=0,
+        le=MAX_DELAY_SECONDS,
+        description="Seconds from now until the messages are due again",
     )
 
 
@@ -184,7 +192,9 @@ class MessageResponse(BaseModel):
     queue: str
     key: str
     payload: JsonValue
-    scheduled_at: Timestamp = Field(description="When next due; for a leased message, when its lease ends")
+    scheduled_at: Timestamp = Field(
+        description="When next due; for a leased message, when its lease ends"
+    )
     scheduled_at_initially: Timestamp = Field(description="When the producer asked for it")
     created_at: Timestamp
     state: State

@@ -103,7 +103,9 @@ class QueueService:
 
     async def offer_new(self, queue: str, payload: Any, when: When) -> OfferResult:
         """Create a message under a generated key."""
-        return await self.offer(queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when))
+        return await self.offer(
+            queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when)
+        )
 
     async def _offer(self, queue: str, request: OfferRequest, *, can_create: bool) -> OfferResult:
         now = self.clock.now_ms()

@@ -86,11 +86,7 @@ class DirectStatements:
 
 
 def _values_from_parameters(statement: ClauseElement) -> bool:
-    return (
-        isinstance(statement, Insert)
-        and not statement._values
-        and statement.select is None
-    )
+    return isinstance(statement, Insert) and not statement._values and statement.select is None
 
 
 class DirectConnection:

@@ -130,9 +130,13 @@ class SqlStore:
         for chunk in _chunks(unique_keys, _EXISTING_KEYS_CHUNK):
             existing.update(
                 self._read(
-                    lambda connection, chunk=chunk: connection.execute(
-                        self.dialect.existing_keys, {"queue": queue, "keys": chunk}
-                    ).scalars().all()
+                    lambda connection, chunk=chunk: (
+                        connection.execute(
+                            self.dialect.existing_keys, {"queue": queue, "keys": chunk}
+                        )
+                        .scalars()
+                        .all()
+                    )
                 )
             )
 
@@ -170,7 +174,10 @@ class SqlStore:
 
     def _insert(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in."""
-        return connection.execute(self._insert_returning_keys, _row(queue, offer, now)).first() is not None
+        return (
+            connection.execute(self._insert_returning_keys, _row(queue, offer, now)).first()
+            is not None
+        )
 
     def _offer(
         self, connection: Connection, queue: str, offer: Offer, now: int, can_create: bool
@@ -334,7 +341,9 @@ class SqlStore:
 
     def _single(self, statement: Any, parameters: dict) -> int:
         """Run one write statement on its own; the number of rows it touched."""
-        return self._autocommit(lambda connection: connection.execute(statement, parameters).rowcount)
+        return self._autocommit(
+            lambda connection: connection.execute(statement, parameters).rowcount
+        )
 
     def _autocommit(self, work: Callable[[Connection], T]) -> T:
         """Run `work`, one statement, as its own transaction: no BEGIN/COMMIT round trips
@@ -447,4 +456,3 @@ def _stats(row: Any) -> QueueStats:
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-

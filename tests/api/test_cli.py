@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(arguments: list[str], database_url: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url}
-    return subprocess.run(arguments, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        arguments, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _revision(url: str) -> str | None:

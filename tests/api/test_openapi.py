@@ -24,6 +24,10 @@ def test_every_error_is_documented_as_problem_json():
         for method, operation in item.items():
             for status, response in operation["responses"].items():
                 if int(status) >= 400:
-                    assert list(response["content"]) == ["application/problem+json"], (method, path, status)
+                    assert list(response["content"]) == ["application/problem+json"], (
+                        method,
+                        path,
+                        status,
+                    )
             if path.startswith("/v1/"):
                 assert "503" in operation["responses"], (method, path)

@@ -16,7 +16,10 @@ def test_readyz_is_503_until_the_schema_is_migrated(tmp_path):
         assert response.status_code == 503
         assert "hourglass migrate" in response.json()["detail"]
         upgrade_to_head(url)
-        assert client.get("/readyz").json() == {"status": "ready", "schema_revision": head_revision()}
+        assert client.get("/readyz").json() == {
+            "status": "ready",
+            "schema_revision": head_revision(),
+        }
 
 
 def test_requests_on_an_unmigrated_database_are_503(tmp_path):

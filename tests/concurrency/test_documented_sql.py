@@ -80,7 +80,9 @@ def test_postgresql_executes_the_documented_statements(postgresql_url, captured)
 
     assert inserts and all('ON CONFLICT ("pKey", "pKind") DO NOTHING' in s for s in inserts)
     offer_update = [s for s in updates if '"scheduledAtInitially" =' in s and '"createdAt" =' in s]
-    assert offer_update, "the update path is a compare-and-swap on scheduledAtInitially and createdAt"
+    assert offer_update, (
+        "the update path is a compare-and-swap on scheduledAtInitially and createdAt"
+    )
     polls = [s for s in updates if "FOR UPDATE SKIP LOCKED" in s]
     assert len(polls) == 2, updates
     assert all('ORDER BY delayed_queue."scheduledAt"' in s and "LIMIT" in s for s in polls)
@@ -103,10 +105,14 @@ def test_the_update_path_locks_the_row_with_select_for_update(postgresql_url):
     truncate_all(postgresql_url)
     engine = create_engine(postgresql_url)
     try:
-        with TestClient(create_app(Settings(database_url=postgresql_url), clock=FakeClock())) as client:
+        with TestClient(
+            create_app(Settings(database_url=postgresql_url), clock=FakeClock())
+        ) as client:
             put(client, "q", "k", 1)
             with engine.connect() as holder, holder.begin():
-                holder.execute(text("""SELECT 1 FROM delayed_queue WHERE "pKey" = 'k' FOR UPDATE"""))
+                holder.execute(
+                    text("""SELECT 1 FROM delayed_queue WHERE "pKey" = 'k' FOR UPDATE""")
+                )
                 with ThreadPoolExecutor(1) as pool:
                     update = pool.submit(put, client, "q", "k", 2)
                     deadline = time.monotonic() + 30

@@ -62,7 +62,11 @@ def test_ten_clients_offering_one_key_at_once_create_it_once(base_url, postgresq
         return outcomes
 
     with ThreadPoolExecutor(clients) as pool:
-        results = [item for future in [pool.submit(offer_all, w) for w in range(clients)] for item in future.result()]
+        results = [
+            item
+            for future in [pool.submit(offer_all, w) for w in range(clients)]
+            for item in future.result()
+        ]
 
     for key in keys:
         outcomes = Counter(outcome for k, outcome, _ in results if k == key)
@@ -85,7 +89,9 @@ def _offer_batches(client: httpx.Client, queue: str, keys: list[str], size: int 
         assert response.json()["created"] == len(chunk)
 
 
-def _drain(base_url: str, queue: str, batch: int, wait: float = 0, stop: threading.Event | None = None):
+def _drain(
+    base_url: str, queue: str, batch: int, wait: float = 0, stop: threading.Event | None = None
+):
     """Poll and ack until the queue is empty (and, with `stop`, until told to stop)."""
     delivered: list[tuple[str, str]] = []
     with _client(base_url) as client:
@@ -147,7 +153,9 @@ def test_producers_and_consumers_together_lose_nothing(base_url, postgresql_url)
         per_consumer = [future.result(timeout=600) for future in consumed]
 
     delivered = Counter(key for consumer in per_consumer for key, _ in consumer)
-    expected = {f"p{p}-b{b}-{i}" for p in range(producers) for b in range(batches) for i in range(per_batch)}
+    expected = {
+        f"p{p}-b{b}-{i}" for p in range(producers) for b in range(batches) for i in range(per_batch)
+    }
     assert set(delivered) == expected
     assert max(delivered.values()) == 1
     assert stored_rows(postgresql_url) == []

@@ -107,7 +107,9 @@ def test_one_oversized_payload_rejects_the_whole_batch(clean_database, clock):
 
     from app.main import create_app
 
-    with TestClient(create_app(clean_database.settings(max_payload_bytes=50), clock=clock)) as client:
+    with TestClient(
+        create_app(clean_database.settings(max_payload_bytes=50), clock=clock)
+    ) as client:
         messages = [{"key": f"k{index}", "payload": index} for index in range(10)]
         messages.append({"key": "big", "payload": "x" * 60})
         response = _batch(client, "q", messages)
@@ -117,7 +119,9 @@ def test_one_oversized_payload_rejects_the_whole_batch(clean_database, clock):
 
 
 def test_batch_messages_come_due_at_their_own_times(client, clock):
-    _batch(client, "q", [{"key": f"k{index}", "payload": index, "delay": index} for index in range(5)])
+    _batch(
+        client, "q", [{"key": f"k{index}", "payload": index, "delay": index} for index in range(5)]
+    )
     assert keys_of(poll(client, "q", max=10)) == ["k0"]
     clock.advance(3)
     assert keys_of(poll(client, "q", max=10)) == ["k1", "k2", "k3"]

@@ -90,7 +90,9 @@ def test_waiting_polls_hold_no_database_connection(clean_database, clock):
             assert client.get("/v1/queues/q").json()["messages"] == 0
             for index in range(pollers):
                 assert put(client, "q", f"k{index}", index).status_code == 201
-            delivered = [key for result in results for key in keys_of(result.result(timeout=RETURNED_EARLY))]
+            delivered = [
+                key for result in results for key in keys_of(result.result(timeout=RETURNED_EARLY))
+            ]
     assert sorted(delivered) == [f"k{index}" for index in range(pollers)]
 
 

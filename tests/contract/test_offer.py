@@ -37,7 +37,10 @@ def test_put_with_if_exists_ignore_keeps_the_stored_message(client):
     assert response.status_code == 200
     # The answer tells when the message that stays is due, not what was asked.
     assert response.json() == {
-        "queue": "q", "key": "k", "outcome": "ignored", "scheduled_at": at(START_MS + 5_000)
+        "queue": "q",
+        "key": "k",
+        "outcome": "ignored",
+        "scheduled_at": at(START_MS + 5_000),
     }
     message = client.get("/v1/queues/q/messages/k").json()
     assert message["payload"] == "first"
@@ -100,7 +103,10 @@ def test_post_updates_only_existing_messages(client, clean_database):
     updated = client.post("/v1/queues/q/messages/k", json={"payload": 2, "delay": 7})
     assert updated.status_code == 200
     assert updated.json() == {
-        "queue": "q", "key": "k", "outcome": "updated", "scheduled_at": at(START_MS + 7_000)
+        "queue": "q",
+        "key": "k",
+        "outcome": "updated",
+        "scheduled_at": at(START_MS + 7_000),
     }
     ignored = client.post("/v1/queues/q/messages/k", json={"payload": 2, "delay": 7})
     assert ignored.json()["outcome"] == "ignored"
@@ -113,7 +119,9 @@ def test_post_update_only_refuses_if_exists(client):
 
 
 def test_post_without_key_generates_one(client):
-    response = client.post("/v1/queues/q/messages", json={"payload": {"hello": "world"}, "delay": 3})
+    response = client.post(
+        "/v1/queues/q/messages", json={"payload": {"hello": "world"}, "delay": 3}
+    )
     assert response.status_code == 201
     body = response.json()
     assert body["outcome"] == "created"

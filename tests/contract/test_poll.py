@@ -188,7 +188,9 @@ def test_locks_belong_to_their_queue(client):
 
 def test_unknown_locks_are_404(client):
     assert client.delete("/v1/queues/q/locks/not-a-lock").status_code == 404
-    assert client.delete("/v1/queues/q/locks/00000000-0000-4000-8000-000000000000").status_code == 404
+    assert (
+        client.delete("/v1/queues/q/locks/00000000-0000-4000-8000-000000000000").status_code == 404
+    )
 
 
 def test_queues_are_independent(client):

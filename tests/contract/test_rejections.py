@@ -66,7 +66,9 @@ def test_invalid_names_are_422(client, clean_database, path):
 
 def test_malformed_json_is_422(client, clean_database):
     response = client.put(
-        "/v1/queues/q/messages/k", content=b'{"payload": ', headers={"content-type": "application/json"}
+        "/v1/queues/q/messages/k",
+        content=b'{"payload": ',
+        headers={"content-type": "application/json"},
     )
     _assert_problem(response, 422)
     assert stored_rows(clean_database.url) == []
@@ -77,7 +79,10 @@ def test_the_extreme_printable_times_are_accepted(client):
     last = put(client, "q", "last", 1, scheduled_at="9999-12-31T23:59:59.999Z")
     assert last.json()["scheduled_at"] == "9999-12-31T23:59:59.999Z"
     assert client.get("/v1/queues/q").status_code == 200
-    assert client.get("/v1/queues/q/messages/first").json()["scheduled_at"] == "0001-01-01T00:00:00.000Z"
+    assert (
+        client.get("/v1/queues/q/messages/first").json()["scheduled_at"]
+        == "0001-01-01T00:00:00.000Z"
+    )
 
 
 def test_a_key_that_is_not_valid_unicode_is_422(client, clean_database):
@@ -92,14 +97,18 @@ def test_a_key_that_is_not_valid_unicode_is_422(client, clean_database):
 
 def test_json_too_deep_for_the_parser_is_422(client, clean_database):
     body = b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    response = client.put("/v1/queues/q/messages/k", content=body, headers={"content-type": "application/json"})
+    response = client.put(
+        "/v1/queues/q/messages/k", content=body, headers={"content-type": "application/json"}
+    )
     _assert_problem(response, 422)
     assert stored_rows(clean_database.url) == []
 
 
 def test_nan_payload_is_422(client, clean_database):
     response = client.put(
-        "/v1/queues/q/messages/k", content=b'{"payload": NaN}', headers={"content-type": "application/json"}
+        "/v1/queues/q/messages/k",
+        content=b'{"payload": NaN}',
+        headers={"content-type": "application/json"},
     )
     _assert_problem(response, 422)
     assert stored_rows(clean_database.url) == []
@@ -136,7 +145,9 @@ def test_request_over_the_limit_is_413_with_or_without_content_length(clean_data
                 yield body[start : start + 100]
 
         streamed = client.put(
-            "/v1/queues/q/messages/k", content=chunks(), headers={"content-type": "application/json"}
+            "/v1/queues/q/messages/k",
+            content=chunks(),
+            headers={"content-type": "application/json"},
         )
         _assert_problem(streamed, 413)
     assert stored_rows(clean_database.url) == []
@@ -173,7 +184,9 @@ def test_invalid_extend_and_release_bodies_are_422(client):
     assert client.get("/v1/queues/q/messages/k").json()["state"] == "leased"
 
 
-@pytest.mark.parametrize("lock_id", ["a%00b", "x" * 500, "NOT-A-LOCK", "0B0E6C3E-7F39-4B0C-9A51-2F1D3C4E5A6B"])
+@pytest.mark.parametrize(
+    "lock_id", ["a%00b", "x" * 500, "NOT-A-LOCK", "0B0E6C3E-7F39-4B0C-9A51-2F1D3C4E5A6B"]
+)
 def test_lock_ids_never_issued_hold_nothing(client, lock_id):
     _assert_problem(client.delete(f"/v1/queues/q/locks/{lock_id}"), 404)
     _assert_problem(client.patch(f"/v1/queues/q/locks/{lock_id}", json={"lease": 5}), 404)

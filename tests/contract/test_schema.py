@@ -25,7 +25,14 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
     finally:
         engine.dispose()
     assert columns == {
-        "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt", "lockUuid",
+        "id",
+        "pKey",
+        "pKind",
+        "payload",
+        "scheduledAt",
+        "scheduledAtInitially",
+        "createdAt",
+        "lockUuid",
     }
     assert indexes >= {
         (("pKey", "pKind"), True),

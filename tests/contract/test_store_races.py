@@ -24,7 +24,9 @@ def test_many_threads_updating_one_key_each_win_once(store):
         return outcomes
 
     with ThreadPoolExecutor(threads) as pool:
-        outcomes = Counter(o for f in [pool.submit(update, w) for w in range(threads)] for o in f.result())
+        outcomes = Counter(
+            o for f in [pool.submit(update, w) for w in range(threads)] for o in f.result()
+        )
     assert outcomes[Outcome.CREATED] == 1
     assert outcomes[Outcome.UPDATED] == threads * rounds - 1
     assert store.queue_stats("q", NOW).messages == 1
@@ -39,7 +41,9 @@ def test_concurrent_polls_never_share_a_message(store):
     def drain(worker: int) -> list[str]:
         taken = []
         barrier.wait(30)
-        while deliveries := store.messages_poll("q", 1 + worker % 3 * 5, f"lock-{worker}", NOW + 60_000, NOW):
+        while deliveries := store.messages_poll(
+            "q", 1 + worker % 3 * 5, f"lock-{worker}", NOW + 60_000, NOW
+        ):
             taken.extend(delivery.message.key for delivery in deliveries)
         return taken
 
@@ -56,11 +60,16 @@ def test_concurrent_batches_with_overlapping_keys(store):
 
     def batch(worker: int) -> list[Outcome]:
         barrier.wait(30)
-        offers = [Offer(key=key, payload=b"1", scheduled_at=NOW, if_exists=IfExists.IGNORE) for key in keys]
+        offers = [
+            Offer(key=key, payload=b"1", scheduled_at=NOW, if_exists=IfExists.IGNORE)
+            for key in keys
+        ]
         return store.messages_offer_many("q", offers, NOW)
 
     with ThreadPoolExecutor(threads) as pool:
         results = [f.result() for f in [pool.submit(batch, w) for w in range(threads)]]
     for index in range(len(keys)):
-        assert sorted(result[index] for result in results) == [Outcome.CREATED] + [Outcome.IGNORED] * (threads - 1)
+        assert sorted(result[index] for result in results) == [Outcome.CREATED] + [
+            Outcome.IGNORED
+        ] * (threads - 1)
     assert store.queue_stats("q", NOW).messages == len(keys)

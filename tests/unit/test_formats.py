@@ -28,7 +28,10 @@ def test_timestamps_print_in_utc_with_milliseconds(epoch_ms, text):
 
 
 def test_aware_datetimes_become_epoch_milliseconds():
-    assert to_epoch_ms(datetime(2026, 11, 26, 11, 0, tzinfo=timezone(timedelta(hours=2)))) == 1_795_683_600_000
+    assert (
+        to_epoch_ms(datetime(2026, 11, 26, 11, 0, tzinfo=timezone(timedelta(hours=2))))
+        == 1_795_683_600_000
+    )
     # Sub-millisecond digits are dropped, also before 1970.
     assert to_epoch_ms(datetime(1970, 1, 1, 0, 0, 0, 999, tzinfo=UTC)) == 0
     assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)) == -1

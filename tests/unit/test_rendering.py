@@ -17,7 +17,7 @@ PAYLOADS = [
     0,
     -1.5e300,
     "",
-    "Zürich \u2603 \U0001f600 \"quoted\" back\\slash \n new line \u2028",
+    'Zürich \u2603 \U0001f600 "quoted" back\\slash \n new line \u2028',
     [1, [2, [3]], {"deep": {"er": [None, True, False]}}],
     {"text": "x" * 500, "unicode": "日本語", "nested": {"a": [], "b": {}}},
 ]
@@ -40,7 +40,11 @@ def _lease(redelivery: bool) -> Lease:
         )
         for index, (key, payload) in enumerate(zip(KEYS * 2, PAYLOADS * 2, strict=False))
     )
-    return Lease(lock_id="6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab", expires_at=253_402_300_799_999, deliveries=deliveries)
+    return Lease(
+        lock_id="6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab",
+        expires_at=253_402_300_799_999,
+        deliveries=deliveries,
+    )
 
 
 def _through_the_model(lease: Lease | None) -> dict:
@@ -59,21 +63,35 @@ def _through_the_model(lease: Lease | None) -> dict:
     ).model_dump(mode="json")
 
 
-@pytest.mark.parametrize("lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"])
+@pytest.mark.parametrize(
+    "lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"]
+)
 def test_the_rendered_poll_answer_equals_the_models(lease):
     body = poll_body(lease)
     assert json.loads(body) == _through_the_model(lease)
     assert list(json.loads(body)) == ["lock_id", "messages"]
     if lease is not None:
-        assert list(json.loads(body)["messages"][0]) == list(_through_the_model(lease)["messages"][0])
+        assert list(json.loads(body)["messages"][0]) == list(
+            _through_the_model(lease)["messages"][0]
+        )
 
 
 def test_the_rendered_batch_answer_equals_the_models():
     keys = KEYS + ["plain"]
-    outcomes = [Outcome.CREATED, Outcome.UPDATED, Outcome.IGNORED, Outcome.CREATED, Outcome.IGNORED, Outcome.IGNORED]
+    outcomes = [
+        Outcome.CREATED,
+        Outcome.UPDATED,
+        Outcome.IGNORED,
+        Outcome.CREATED,
+        Outcome.IGNORED,
+        Outcome.IGNORED,
+    ]
     rendered = json.loads(batch_response(keys, outcomes).body)
     model = BatchResponse(
-        results=[BatchResult(key=key, outcome=outcome) for key, outcome in zip(keys, outcomes, strict=True)],
+        results=[
+            BatchResult(key=key, outcome=outcome)
+            for key, outcome in zip(keys, outcomes, strict=True)
+        ],
         created=2,
         updated=1,
         ignored=3,

@@ -57,7 +57,9 @@ async def acknowledge(queue: QueueName, lock_id: str, service: Service) -> Respo
     summary="Extend the lease of what the lock holds",
     responses=problem_responses(404, 413, 422, 503),
 )
-async def extend(queue: QueueName, lock_id: str, body: ExtendRequest, service: Service) -> ExtendResponse:
+async def extend(
+    queue: QueueName, lock_id: str, body: ExtendRequest, service: Service
+) -> ExtendResponse:
     return ExtendResponse(lease_expires_at=await service.extend(queue, lock_id, body.lease))
 
 

@@ -56,7 +56,8 @@ async def put_message(
     queue: QueueName, key: MessageKey, body: PutMessage, response: Response, service: Service
 ) -> OfferResponse:
     result = await service.offer(
-        queue, OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists)
+        queue,
+        OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists),
     )
     if result.outcome is not Outcome.CREATED:
         response.status_code = status.HTTP_200_OK

@@ -18,12 +18,20 @@ def _stats_response(stats: QueueStats) -> QueueStatsResponse:
     return QueueStatsResponse.model_validate(stats, from_attributes=True)
 
 
-@router.get("", summary="Every queue that holds messages, with its stats", responses=problem_responses(503))
+@router.get(
+    "", summary="Every queue that holds messages, with its stats", responses=problem_responses(503)
+)
 async def list_queues(service: Service) -> QueueListResponse:
-    return QueueListResponse(queues=[_stats_response(stats) for stats in await service.list_queues()])
+    return QueueListResponse(
+        queues=[_stats_response(stats) for stats in await service.list_queues()]
+    )
 
 
-@router.get("/{queue}", summary="A queue's stats (zeros for an unknown queue)", responses=problem_responses(422, 503))
+@router.get(
+    "/{queue}",
+    summary="A queue's stats (zeros for an unknown queue)",
+    responses=problem_responses(422, 503),
+)
 async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
     return _stats_response(await service.stats(queue))
 

@@ -53,11 +53,15 @@ _claim = (
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
 # three lists instead of 1,200 values (~3x the rows per second of multi-VALUES).
-_batch = func.unnest(
-    bindparam("keys", type_=ARRAY(String)),
-    bindparam("payloads", type_=ARRAY(LargeBinary)),
-    bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
-).table_valued("key", "payload", "scheduled_at").render_derived(name="batch")
+_batch = (
+    func.unnest(
+        bindparam("keys", type_=ARRAY(String)),
+        bindparam("payloads", type_=ARRAY(LargeBinary)),
+        bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("key", "payload", "scheduled_at")
+    .render_derived(name="batch")
+)
 _insert_rows = (
     insert(queue_table)
     .from_select(

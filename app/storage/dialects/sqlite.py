@@ -52,7 +52,11 @@ class SQLiteDialect(Dialect):
     def is_unavailable(self, error: DBAPIError) -> bool:
         # "database is locked" after the busy timeout, disk I/O errors, unopenable files.
         code = getattr(error.orig, "sqlite_errorcode", None)
-        return error.connection_invalidated or (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
+        return error.connection_invalidated or (
+            code is not None and code & 0xFF in _UNAVAILABLE_CODES
+        )
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
-        return isinstance(error.orig, sqlite3.OperationalError) and "no such table" in str(error.orig)
+        return isinstance(error.orig, sqlite3.OperationalError) and "no such table" in str(
+            error.orig
+        )
