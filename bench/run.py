@@ -469,13 +469,16 @@ class Bench:
 
         await asyncio.gather(*(drain(worker) for worker in workers))
         await _close(workers)
-        # Read the table as the drain left it, before anything else touches it.
+        # Read the table as the drain left it, before anything else touches it. The
+        # statistics views lag (backends report every second or so): pgstattuple
+        # counts the dead tuples in the pages themselves.
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
-            await connection.execute("SELECT pg_stat_force_next_flush()")
+            await connection.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
             row = await (
                 await connection.execute(
-                    "SELECT n_dead_tup, pg_total_relation_size('delayed_queue'), "
-                    "autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
+                    "SELECT dead_tuple_count, pg_total_relation_size('delayed_queue'), "
+                    "(SELECT autovacuum_count FROM pg_stat_user_tables "
+                    "WHERE relname = 'delayed_queue') FROM pgstattuple('delayed_queue')"
                 )
             ).fetchone()
         after_drain = await latency(self.service, vacuum=False)
