@@ -1,0 +1,66 @@
+"""bench/run.py --quick runs against a real service and writes the JSON the issue asks for.
+
+Peers are left out (they are the [bench] extra's); the figures are not checked,
+only that every workload ran and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import scratch_postgresql_database
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.postgresql_only
+
+
+def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
+    output = tmp_path / "bench.json"
+    results = ROOT / "bench" / "RESULTS.md"
+    recorded = results.read_text()
+    with scratch_postgresql_database("bench") as url:
+        plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        finished = subprocess.run(
+            [
+                sys.executable,
+                "bench/run.py",
+                "--quick",
+                "--peers",
+                "",
+                "--json",
+                str(output),
+                "--database-url",
+                plain_url,
+            ],
+            check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    workloads = json.loads(output.read_text())["workloads"]
+    names = [workload["name"] for workload in workloads]
+    for expected in (
+        "offer, 1 per request",
+        "batch offer",
+        "drain, poll max=1",
+        "drain, poll max=100",
+        "delayed delivery",
+        "idle",
+        "future messages",
+        "after draining",
+    ):
+        assert any(name.startswith(expected) or expected in name for name in names), expected
+    for workload in workloads:
+        assert {"name", "unit", "service", "ceiling", "ratio", "peers"} <= set(workload)
+        assert workload["peers"] == {}
+    throughput = [w for w in workloads if w["unit"] == "msg/s"]
+    assert throughput and all(w["service"] > 0 and w["ceiling"] > 0 for w in throughput)
+    assert results.read_text() == recorded  # --quick leaves the recorded figures alone
