@@ -1,0 +1,1 @@
+"""Cron: recurring schedules installed as ordinary delayed messages."""

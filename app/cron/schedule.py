@@ -1,0 +1,181 @@
+"""Cron arithmetic, pure: when a schedule runs, and the keys and hash of its runs.
+
+Times are epoch milliseconds (UTC instants); a schedule's wall-clock rules are
+read in its IANA time zone. Daylight saving follows cron's convention, as
+cronsim implements it: a local time that does not exist that day (spring
+forward) runs once, at the first instant after the gap; a local time that
+happens twice (fall back) runs once, at its first occurrence. A cron expression
+whose hour field is a wildcard or a step runs in both occurrences of a repeated
+hour, since each is a different hour of the day's real time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+# The escape character of run_key_pattern's LIKE patterns.
+LIKE_ESCAPE = "\\"
+_HASH_LENGTH = 16
+_TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
+_DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class InvalidSchedule(ValueError):
+    """A schedule that cannot run: bad expression, unknown zone, bad period or time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Exactly one of `cron` (5 fields), `every` (seconds, > 0) and `daily` ("HH:MM" times)."""
+
+    cron: str | None = None
+    every: float | None = None
+    daily: tuple[str, ...] | None = None
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        given = [kind for kind in ("cron", "every", "daily") if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise InvalidSchedule("give exactly one of cron, every and daily")
+        try:
+            zone = ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError) as error:
+            raise InvalidSchedule(f"unknown time zone {self.timezone!r}") from error
+        if self.cron is not None:
+            try:
+                CronSim(self.cron, datetime.now(zone))
+            except CronSimError as error:
+                raise InvalidSchedule(f"invalid cron expression {self.cron!r}: {error}") from error
+        if self.every is not None and not self.every > 0:
+            raise InvalidSchedule("every must be a positive number of seconds")
+        if self.every is not None and round(self.every * 1000) < 1:
+            raise InvalidSchedule("every must be at least one millisecond")
+        if self.daily is not None:
+            if not self.daily:
+                raise InvalidSchedule("daily needs at least one time")
+            for entry in self.daily:
+                if not isinstance(entry, str) or not _DAILY_TIME.fullmatch(entry):
+                    raise InvalidSchedule(f"daily times are HH:MM (00:00-23:59), not {entry!r}")
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def as_json(self) -> dict[str, Any]:
+        """The schedule as it is stored and hashed."""
+        if self.cron is not None:
+            rule: dict[str, Any] = {"cron": self.cron}
+        elif self.every is not None:
+            rule = {"every": self.every}
+        else:
+            rule = {"daily": sorted(set(self.daily or ()))}
+        return {**rule, "timezone": self.timezone}
+
+
+def next_runs(schedule: Schedule, after: int, until: int | None = None, count: int | None = None) -> list[int]:
+    """The instants (epoch ms) the schedule runs strictly after `after`, in order.
+
+    Stops at `until` (inclusive) or after `count` runs, whichever comes first;
+    one of them must be given.
+    """
+    if until is None and count is None:
+        raise ValueError("give until or count")
+    runs: list[int] = []
+    for run in _runs_after(schedule, after):
+        if (until is not None and run > until) or (count is not None and len(runs) >= count):
+            break
+        runs.append(run)
+    return runs
+
+
+def _runs_after(schedule: Schedule, after: int) -> Iterator[int]:
+    if schedule.every is not None:
+        yield from _every(round(schedule.every * 1000), after)
+    elif schedule.cron is not None:
+        start = _to_datetime(after).astimezone(schedule.zone)
+        for moment in CronSim(schedule.cron, start):
+            yield _to_epoch_ms(moment)
+    else:
+        yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
+
+
+def _every(period_ms: int, after: int) -> Iterator[int]:
+    """Multiples of the period since the epoch: a 1-hour period runs on the hour (UTC)."""
+    run = (after // period_ms + 1) * period_ms
+    while True:
+        yield run
+        run += period_ms
+
+
+def _daily(times: tuple[str, ...], zone: ZoneInfo, after: int) -> Iterator[int]:
+    wall_times = sorted({time(int(entry[:2]), int(entry[3:])) for entry in times})
+    day = _to_datetime(after).astimezone(zone).date() - timedelta(days=1)
+    last = after
+    while True:
+        for wall in wall_times:
+            run = _local_instant(datetime.combine(day, wall), zone)
+            if run > last:  # two times in one gap land on one instant: run it once
+                last = run
+                yield run
+        day += timedelta(days=1)
+
+
+def _local_instant(wall: datetime, zone: ZoneInfo) -> int:
+    """The instant a naive local wall time means in `zone`.
+
+    A repeated wall time means its first occurrence (fold=0). A wall time in a
+    gap means the first instant after the gap: the first later minute that exists.
+    """
+    candidate = wall
+    for _ in range(24 * 60):
+        aware = candidate.replace(tzinfo=zone, fold=0)
+        if aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == candidate:
+            return _to_epoch_ms(aware)
+        candidate += timedelta(minutes=1)
+    raise AssertionError(f"no valid local time within a day after {wall} in {zone}")
+
+
+def config_hash(schedule: Schedule, payload: bytes) -> str:
+    """What identifies an entry's configuration: its schedule, zone and payload."""
+    canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:_HASH_LENGTH]
+
+
+def run_key(name: str, hash_: str, run: int) -> str:
+    """The message key of one run: `{name}/{config_hash}/{UTC YYYYMMDD-HHMMSS.mmm}`."""
+    moment = _to_datetime(run)
+    return f"{name}/{hash_}/{moment:%Y%m%d-%H%M%S}.{moment.microsecond // 1000:03d}"
+
+
+def run_key_pattern(name: str, hash_: str | None = None) -> str:
+    """A LIKE pattern (escape `LIKE_ESCAPE`) for every run key of one entry, or of one
+    configuration of it.
+
+    A prefix alone would be wrong: the runs of `a/b` start with `a/` too. Every
+    run key of entry `name` is `name`, a slash, 16 characters, a slash and 19
+    characters, so the pattern fixes the length; an entry whose name starts with
+    `name/` has longer keys. `%`, `_` and the escape character in the name are
+    escaped, so `a_b` never matches `axb` and `100%` never matches `1000`.
+    Compare case-sensitively (SQLite's LIKE is not, by default).
+    """
+    literal = "".join(LIKE_ESCAPE + char if char in "%_" + LIKE_ESCAPE else char for char in name)
+    middle = hash_ if hash_ is not None else "_" * _HASH_LENGTH
+    return f"{literal}/{middle}/{'_' * _TIME_LENGTH}"
+
+
+def _to_datetime(epoch_ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
+
+
+def _to_epoch_ms(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(milliseconds=1)

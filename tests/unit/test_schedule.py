@@ -1,0 +1,262 @@
+"""Cron arithmetic with fixed instants: alignment, daily lists, expressions, DST, keys."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from app.cron.schedule import (
+    LIKE_ESCAPE,
+    InvalidSchedule,
+    Schedule,
+    config_hash,
+    next_runs,
+    run_key,
+    run_key_pattern,
+)
+
+
+def ms(text: str) -> int:
+    """Epoch ms of an ISO time with an offset."""
+    return round(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def iso(epoch_ms: int, zone: str = "UTC") -> str:
+    from zoneinfo import ZoneInfo
+
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).astimezone(ZoneInfo(zone)).isoformat()
+
+
+# -- every ----------------------------------------------------------------------------
+
+
+def test_an_hourly_period_installed_at_10_37_42_first_runs_at_11():
+    runs = next_runs(Schedule(every=3600), ms("2026-11-26T10:37:42+00:00"), count=3)
+    assert [iso(run) for run in runs] == [
+        "2026-11-26T11:00:00+00:00",
+        "2026-11-26T12:00:00+00:00",
+        "2026-11-26T13:00:00+00:00",
+    ]
+
+
+def test_periods_are_multiples_since_the_epoch_and_strictly_after():
+    after = ms("2026-11-26T10:00:00+00:00")  # itself a multiple of 90 s
+    runs = next_runs(Schedule(every=90), after, count=2)
+    assert runs == [after + 90_000, after + 180_000]
+    assert next_runs(Schedule(every=0.5), 1_001, count=2) == [1_500, 2_000]
+
+
+# -- daily --------------------------------------------------------------------------
+
+
+def test_daily_times_run_in_order_each_day_once():
+    schedule = Schedule(daily=("18:00", "09:30", "09:30"))
+    runs = next_runs(schedule, ms("2026-11-26T12:00:00+00:00"), count=4)
+    assert [iso(run) for run in runs] == [
+        "2026-11-26T18:00:00+00:00",
+        "2026-11-27T09:30:00+00:00",
+        "2026-11-27T18:00:00+00:00",
+        "2026-11-28T09:30:00+00:00",
+    ]
+
+
+def test_daily_times_are_local_to_the_zone():
+    schedule = Schedule(daily=("02:00",), timezone="Europe/Bucharest")
+    [run] = next_runs(schedule, ms("2026-11-26T12:00:00+00:00"), count=1)
+    assert iso(run, "Europe/Bucharest") == "2026-11-27T02:00:00+02:00"
+
+
+@pytest.mark.parametrize(
+    ("zone", "wall", "before_gap", "in_the_gap", "next_day"),
+    [
+        # Bucharest springs forward at 03:00 local on 2026-03-29 (to 04:00).
+        (
+            "Europe/Bucharest",
+            "03:30",
+            "2026-03-28T12:00:00+02:00",
+            "2026-03-29T04:00:00+03:00",
+            "2026-03-30T03:30:00+03:00",
+        ),
+        # New York springs forward at 02:00 local on 2026-03-08 (to 03:00).
+        (
+            "America/New_York",
+            "02:30",
+            "2026-03-07T12:00:00-05:00",
+            "2026-03-08T03:00:00-04:00",
+            "2026-03-09T02:30:00-04:00",
+        ),
+    ],
+)
+def test_a_local_time_missing_that_day_runs_once_at_the_end_of_the_gap(
+    zone, wall, before_gap, in_the_gap, next_day
+):
+    runs = next_runs(Schedule(daily=(wall,), timezone=zone), ms(before_gap), count=2)
+    assert [iso(run, zone) for run in runs] == [in_the_gap, next_day]
+
+
+@pytest.mark.parametrize(
+    ("zone", "wall", "before", "first", "next_day"),
+    [
+        # Bucharest falls back at 04:00 on 2026-10-25: 03:00-03:59 happens twice.
+        (
+            "Europe/Bucharest",
+            "03:30",
+            "2026-10-24T12:00:00+03:00",
+            "2026-10-25T03:30:00+03:00",
+            "2026-10-26T03:30:00+02:00",
+        ),
+        # New York falls back at 02:00 on 2026-11-01: 01:00-01:59 happens twice.
+        (
+            "America/New_York",
+            "01:30",
+            "2026-10-31T12:00:00-04:00",
+            "2026-11-01T01:30:00-04:00",
+            "2026-11-02T01:30:00-05:00",
+        ),
+    ],
+)
+def test_a_local_time_that_happens_twice_runs_once(zone, wall, before, first, next_day):
+    runs = next_runs(Schedule(daily=(wall,), timezone=zone), ms(before), count=2)
+    assert [iso(run, zone) for run in runs] == [first, next_day]
+
+
+def test_two_times_inside_one_gap_run_once():
+    schedule = Schedule(daily=("03:15", "03:45"), timezone="Europe/Bucharest")
+    runs = next_runs(
+        schedule, ms("2026-03-29T00:00:00+02:00"), until=ms("2026-03-29T12:00:00+03:00")
+    )
+    assert [iso(run, "Europe/Bucharest") for run in runs] == ["2026-03-29T04:00:00+03:00"]
+
+
+# -- cron expressions ------------------------------------------------------------------
+
+
+def test_a_weekday_expression_skips_the_weekend():
+    schedule = Schedule(cron="0 9 * * 1-5", timezone="Europe/Bucharest")
+    runs = next_runs(schedule, ms("2026-11-27T18:00:00+02:00"), count=2)  # a Friday evening
+    assert [iso(run, "Europe/Bucharest") for run in runs] == [
+        "2026-11-30T09:00:00+02:00",
+        "2026-12-01T09:00:00+02:00",
+    ]
+
+
+def test_a_fixed_time_expression_follows_the_dst_rules():
+    schedule = Schedule(cron="30 3 * * *", timezone="Europe/Bucharest")
+    spring = next_runs(schedule, ms("2026-03-28T12:00:00+02:00"), count=2)
+    assert [iso(run, "Europe/Bucharest") for run in spring] == [
+        "2026-03-29T04:00:00+03:00",
+        "2026-03-30T03:30:00+03:00",
+    ]
+    autumn = next_runs(schedule, ms("2026-10-24T12:00:00+03:00"), count=2)
+    assert [iso(run, "Europe/Bucharest") for run in autumn] == [
+        "2026-10-25T03:30:00+03:00",
+        "2026-10-26T03:30:00+02:00",
+    ]
+
+
+def test_a_stepped_expression_runs_in_both_occurrences_of_a_repeated_hour():
+    schedule = Schedule(cron="*/30 * * * *", timezone="Europe/Bucharest")
+    runs = next_runs(schedule, ms("2026-10-25T02:45:00+03:00"), count=5)
+    assert [iso(run, "Europe/Bucharest") for run in runs] == [
+        "2026-10-25T03:00:00+03:00",
+        "2026-10-25T03:30:00+03:00",
+        "2026-10-25T03:00:00+02:00",
+        "2026-10-25T03:30:00+02:00",
+        "2026-10-25T04:00:00+02:00",
+    ]
+    assert runs == sorted(runs) and len(set(runs)) == len(runs)
+
+
+def test_until_and_count_bound_the_runs():
+    schedule = Schedule(cron="0 * * * *")
+    after = ms("2026-11-26T10:30:00+00:00")
+    assert len(next_runs(schedule, after, until=after + 3 * 3_600_000)) == 3
+    assert len(next_runs(schedule, after, until=after + 10 * 3_600_000, count=2)) == 2
+    with pytest.raises(ValueError):
+        next_runs(schedule, after)
+
+
+# -- bad schedules -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"cron": "* * * *"},
+        {"cron": "61 * * * *"},
+        {"cron": "0 0 30 2 *"},
+        {"cron": "0 9 * * *", "timezone": "Mars/Olympus_Mons"},
+        {"cron": "0 9 * * *", "every": 60},
+        {},
+        {"every": 0},
+        {"every": -5},
+        {"every": 0.0001},
+        {"daily": ()},
+        {"daily": ("24:00",)},
+        {"daily": ("9:00",)},
+        {"daily": ("09:00:00",)},
+    ],
+)
+def test_bad_schedules_are_refused(arguments):
+    with pytest.raises(InvalidSchedule):
+        Schedule(**arguments)
+
+
+# -- hashes and keys -------------------------------------------------------------------
+
+
+def test_the_config_hash_covers_schedule_zone_and_payload_only():
+    base = config_hash(Schedule(daily=("09:00", "18:00")), b'{"r":1}')
+    assert base == config_hash(Schedule(daily=("18:00", "09:00", "09:00")), b'{"r":1}')
+    assert len(base) == 16
+    assert base != config_hash(Schedule(daily=("09:00",)), b'{"r":1}')
+    assert base != config_hash(
+        Schedule(daily=("09:00", "18:00"), timezone="Europe/Bucharest"), b'{"r":1}'
+    )
+    assert base != config_hash(Schedule(daily=("09:00", "18:00")), b'{"r":2}')
+    assert config_hash(Schedule(every=60), b"1") != config_hash(Schedule(cron="* * * * *"), b"1")
+
+
+def test_run_keys_name_the_entry_the_configuration_and_the_utc_instant():
+    run = ms("2026-11-27T02:00:00.123+02:00")
+    assert run_key("nightly/report", "0123456789abcdef", run) == (
+        "nightly/report/0123456789abcdef/20261127-000000.123"
+    )
+
+
+def _like(pattern: str, text: str) -> bool:
+    """LIKE with LIKE_ESCAPE, case-sensitive, as the storage must run it."""
+    regex, chars = "", iter(pattern)
+    for char in chars:
+        if char == LIKE_ESCAPE:
+            regex += re.escape(next(chars))
+        elif char == "%":
+            regex += ".*"
+        elif char == "_":
+            regex += "."
+        else:
+            regex += re.escape(char)
+    return re.fullmatch(regex, text, re.DOTALL) is not None
+
+
+@pytest.mark.parametrize(
+    ("entry", "other"),
+    [
+        ("a", "a/b"),
+        ("a/b", "a"),
+        ("a_b", "axb"),
+        ("100%", "1000"),
+        ("100%", "100%0"),
+        ("x\\y", "x\\\\y"),
+    ],
+)
+def test_an_entry_key_pattern_never_matches_another_entry(entry, other):
+    hash_ = "0123456789abcdef"
+    run = ms("2026-11-27T00:00:00+00:00")
+    assert _like(run_key_pattern(entry), run_key(entry, hash_, run))
+    assert _like(run_key_pattern(entry, hash_), run_key(entry, hash_, run))
+    assert not _like(run_key_pattern(entry, "fedcba9876543210"), run_key(entry, hash_, run))
+    assert not _like(run_key_pattern(entry), run_key(other, hash_, run))
+    assert not _like(run_key_pattern(other), run_key(entry, hash_, run))
