@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, case, delete, func, null, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, null, select, update
 from sqlalchemy.engine import Connection
 
+from app.storage.tables import cron_entries
 from app.storage.tables import delayed_queue as queue_table
 
 columns = queue_table.c
@@ -105,6 +106,38 @@ message_delete = delete(queue_table).where(_by_key)
 # When a queue next has something to deliver (a due message or an ending lease).
 queue_next_due = select(func.min(columns.scheduledAt)).where(_in_queue)
 queue_purge = delete(queue_table).where(_in_queue)
+
+
+# An entry's runs not yet delivered: its key pattern (app/cron/schedule.py:
+# run_key_pattern), checked again as an exact prefix because SQLite's LIKE ignores
+# case, and never a leased run (in flight: its worker acknowledges it).
+runs_delete_pending = delete(queue_table).where(
+    _in_queue,
+    columns.pKey.like(bindparam("pattern"), escape="\\"),
+    func.substr(columns.pKey, 1, bindparam("prefix_length")) == bindparam("prefix"),
+    columns.lockUuid.is_(None),
+)
+
+cron = cron_entries.c
+# Not "queue" and "name": an UPDATE reserves its columns' names for their new values.
+_cron_entry = (cron.queue == bindparam("entry_queue")) & (cron.name == bindparam("entry_name"))
+cron_select = select(cron_entries).where(_cron_entry)
+cron_select_for_update = cron_select.with_for_update()
+cron_insert = insert(cron_entries)
+cron_update = (
+    update(cron_entries)
+    .where(_cron_entry)
+    .values(
+        schedule=bindparam("new_schedule"),
+        payload=bindparam("new_payload"),
+        configHash=bindparam("new_config_hash"),
+        lookaheadMs=bindparam("new_lookahead_ms"),
+        updatedAt=bindparam("now"),
+    )
+)
+cron_delete = delete(cron_entries).where(_cron_entry)
+cron_list_queue = select(cron_entries).where(cron.queue == bindparam("queue")).order_by(cron.name)
+cron_list_all = select(cron_entries).order_by(cron.queue, cron.name)
 
 
 def _count(condition) -> object:

@@ -19,6 +19,8 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
+from app.cron.models import CronEntry, CronInstall, InstallOutcome
+from app.cron.schedule import run_key_pattern
 from app.queue.errors import StorageUnavailable
 from app.queue.models import (
     Delivery,
@@ -328,6 +330,76 @@ class SqlStore:
         """Delete every message of the queue; how many there were."""
         return self._single(sql.queue_purge, {"queue": queue})
 
+    # -- cron entries -----------------------------------------------------------------
+
+    def cron_install(self, entry: CronEntry) -> CronInstall:
+        """Create or replace an entry; a new configuration deletes the old one's pending runs."""
+        for _ in range(_OFFER_RACE_ATTEMPTS):
+            try:
+                return self._transaction(lambda connection: self._cron_install(connection, entry))
+            except exc.IntegrityError:
+                continue  # another replica created it first: now it exists, so replace it
+        raise StorageUnavailable(f"too much contention on cron entry {entry.name!r}; try again")
+
+    def _cron_install(self, connection: Connection, entry: CronEntry) -> CronInstall:
+        key = {"entry_queue": entry.queue, "entry_name": entry.name}
+        row = connection.execute(sql.cron_select_for_update, key).first()
+        if row is None:
+            connection.execute(sql.cron_insert, _cron_row(entry))
+            return CronInstall(InstallOutcome.CREATED, entry, 0)
+        stored = _cron_entry(row)
+        if (stored.config_hash, stored.lookahead_ms) == (entry.config_hash, entry.lookahead_ms):
+            return CronInstall(InstallOutcome.UNCHANGED, stored, 0)
+        connection.execute(
+            sql.cron_update,
+            {
+                **key,
+                "new_schedule": entry.schedule,
+                "new_payload": entry.payload,
+                "new_config_hash": entry.config_hash,
+                "new_lookahead_ms": entry.lookahead_ms,
+                "now": entry.updated_at,
+            },
+        )
+        removed = 0
+        if stored.config_hash != entry.config_hash:
+            removed = connection.execute(
+                sql.runs_delete_pending, _runs_of(entry.queue, entry.name, stored.config_hash)
+            ).rowcount
+        changed = CronEntry(**{**_cron_fields(entry), "created_at": stored.created_at})
+        return CronInstall(InstallOutcome.CHANGED, changed, removed)
+
+    def cron_uninstall(self, queue: str, name: str) -> int | None:
+        """Delete the entry and its pending runs; how many runs, or None when there was no entry."""
+
+        def uninstall(connection: Connection) -> int | None:
+            entry_key = {"entry_queue": queue, "entry_name": name}
+            if not connection.execute(sql.cron_delete, entry_key).rowcount:
+                return None
+            return connection.execute(sql.runs_delete_pending, _runs_of(queue, name)).rowcount
+
+        return self._transaction(uninstall)
+
+    def cron_get(self, queue: str, name: str) -> CronEntry | None:
+        row = self._read(
+            lambda connection: connection.execute(
+                sql.cron_select, {"entry_queue": queue, "entry_name": name}
+            ).first()
+        )
+        return None if row is None else _cron_entry(row)
+
+    def cron_list(self, queue: str | None = None) -> list[CronEntry]:
+        """The entries of one queue, or of every queue, by queue and name."""
+        if queue is None:
+            rows = self._read(lambda connection: connection.execute(sql.cron_list_all, {}).all())
+        else:
+            rows = self._read(
+                lambda connection: connection.execute(
+                    sql.cron_list_queue, {"queue": queue}
+                ).all()
+            )
+        return [_cron_entry(row) for row in rows]
+
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
         return self._run(
@@ -438,6 +510,47 @@ def _row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
         "scheduledAt": offer.scheduled_at,
         "scheduledAtInitially": offer.scheduled_at,
         "createdAt": now,
+    }
+
+
+def _cron_row(entry: CronEntry) -> dict[str, Any]:
+    return {
+        "queue": entry.queue,
+        "name": entry.name,
+        "schedule": entry.schedule,
+        "payload": entry.payload,
+        "configHash": entry.config_hash,
+        "lookaheadMs": entry.lookahead_ms,
+        "createdAt": entry.created_at,
+        "updatedAt": entry.updated_at,
+    }
+
+
+def _cron_fields(entry: CronEntry) -> dict[str, Any]:
+    return {field: getattr(entry, field) for field in CronEntry.__slots__}
+
+
+def _cron_entry(row: Any) -> CronEntry:
+    return CronEntry(
+        queue=row.queue,
+        name=row.name,
+        schedule=row.schedule,
+        payload=row.payload,
+        config_hash=row.configHash,
+        lookahead_ms=row.lookaheadMs,
+        created_at=row.createdAt,
+        updated_at=row.updatedAt,
+    )
+
+
+def _runs_of(queue: str, name: str, config_hash: str | None = None) -> dict[str, Any]:
+    """Parameters of runs_delete_pending for an entry's runs (of one configuration)."""
+    prefix = f"{name}/{config_hash}/" if config_hash is not None else f"{name}/"
+    return {
+        "queue": queue,
+        "pattern": run_key_pattern(name, config_hash),
+        "prefix": prefix,
+        "prefix_length": len(prefix),
     }
 
 

@@ -9,8 +9,10 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
+    Text,
 )
 from sqlalchemy.dialects import mysql
 
@@ -38,6 +40,26 @@ delayed_queue = Table(
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# Cron entries (issue 4), one per name within a queue. `schedule` is the
+# schedule's JSON (rule and time zone); `configHash` identifies schedule, zone
+# and payload, and is part of every run's message key. Times are epoch ms.
+cron_entries = Table(
+    "cron_entries",
+    metadata,
+    Column("queue", String(100), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("schedule", Text, nullable=False),
+    Column("payload", _PAYLOAD_TYPE, nullable=False),
+    Column("configHash", String(16), nullable=False),
+    Column("lookaheadMs", BigInteger, nullable=True),
+    Column("createdAt", BigInteger, nullable=False),
+    Column("updatedAt", BigInteger, nullable=False),
+    PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
