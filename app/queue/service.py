@@ -1,9 +1,8 @@
 """The queue's rules over a Store and a Clock: offers, polls (long or not), leases, stats.
 
-Storage calls run on the event loop when the store's driver has an asyncio API
-(PostgreSQL's psycopg), else they block and run on a thread pool sized like the
-connection pool; either way the event loop only waits. A long poll waits on the Notifier, holding no
-database connection while it waits.
+Storage calls go through StorageCalls (on the event loop with PostgreSQL, on
+threads with SQLite); the event loop only waits. A long poll waits on the
+Notifier, holding no database connection while it waits.
 """
 
 from __future__ import annotations
@@ -12,19 +11,15 @@ import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
-
-from sqlalchemy.util import greenlet_spawn
 
 from app.clock import Clock
 from app.queue.errors import (
     LockNotFound,
     MessageNotFound,
     PurgeNotConfirmed,
-    StorageUnavailable,
 )
 from app.queue.models import (
     Lease,
@@ -39,7 +34,7 @@ from app.queue.models import (
 )
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
-from app.storage.engine import POOL_TIMEOUT_SECONDS
+from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
 from app.storage.store import Store
 
@@ -69,27 +64,12 @@ class QueueService:
         self.max_payload_bytes = max_payload_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
-        self._executor = (
-            None
-            if store.runs_on_event_loop
-            else ThreadPoolExecutor(max_workers=connections, thread_name_prefix="storage")
-        )
-        # On the event loop, at most as many calls at once as there are connections:
-        # the rest wait here, which is cheaper than waiting inside the pool.
-        self._connections = connections
-        self._slots = asyncio.Semaphore(connections)
+        self.calls = StorageCalls(store, connections)
 
     async def close(self) -> None:
         """End waiting polls, wait for storage calls in flight, close the store."""
         self.notifier.close()
-        if self._executor is not None:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._executor.shutdown)  # waits for calls
-            await loop.run_in_executor(None, self.store.close)
-            return
-        for _ in range(self._connections):  # every slot: no call is in flight any more
-            await self._slots.acquire()
-        await greenlet_spawn(self.store.close)
+        await self.calls.close()
 
     # -- offers -------------------------------------------------------------------
 
@@ -248,19 +228,7 @@ class QueueService:
         )
 
     async def _run(self, call: Callable[[], T]) -> T:
-        if self._executor is None:
-            try:
-                async with asyncio.timeout(POOL_TIMEOUT_SECONDS):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise StorageUnavailable(
-                    "the database is busy: no connection free in time"
-                ) from None
-            try:
-                return await greenlet_spawn(call)  # I/O on this event loop, no thread
-            finally:
-                self._slots.release()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await self.calls.run(call)
 
 
 @dataclass(frozen=True, slots=True)
