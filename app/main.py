@@ -12,9 +12,11 @@ from app import __version__
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
-from app.api.routes import health, locks, messages, queues
+from app.api.routes import cron, health, locks, messages, queues
 from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.cron.manager import CronManager
+from app.cron.service import CronService
 from app.metrics import Metrics
 from app.queue.service import QueueService
 from app.storage.engine import create_store
@@ -66,10 +68,17 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             connections=settings.pool_size,
         )
         app.state.service = service
+        app.state.cron = CronService(
+            service.calls, clock, service.notifier, max_payload_bytes=settings.max_payload_bytes
+        )
+        manager = CronManager(app.state.cron)
+        app.state.cron_manager = manager
+        manager.start()
         _tune_garbage_collector()
         try:
             yield
         finally:
+            await manager.stop()
             await service.close()
 
     app = FastAPI(
@@ -84,6 +93,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.
-    for module in (locks, messages, queues, health):
+    for module in (locks, messages, cron, queues, health):
         app.include_router(module.router)
     return app

@@ -24,6 +24,7 @@ RETRY_AFTER_SECONDS = 1
 _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.MessageNotFound: (404, "message-not-found"),
     errors.LockNotFound: (404, "lock-not-found"),
+    errors.CronEntryNotFound: (404, "cron-entry-not-found"),
     errors.InvalidPayload: (422, "invalid-payload"),
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from app.cron.models import InstallOutcome
+from app.cron.schedule import InvalidSchedule, Schedule
 from app.queue.models import IfExists, Outcome, State, When
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -30,6 +32,7 @@ QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 # 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
+CRON_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,100}$"
 MAX_LEASE_SECONDS = 12 * 3600
 # Far enough for any reminder, near enough that every due time prints as a date.
 MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
@@ -39,6 +42,10 @@ MAX_WAIT_SECONDS = 20
 
 QueueName = Annotated[
     str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
+]
+CronName = Annotated[
+    str,
+    Path(pattern=CRON_NAME_PATTERN, description="Entry name: 1-100 characters, no control characters"),
 ]
 MessageKey = Annotated[
     str,
@@ -247,6 +254,61 @@ class QueueListResponse(BaseModel):
 
 class PurgeResponse(BaseModel):
     deleted: int
+
+
+class CronInstallRequest(_Request):
+    """Body of `PUT …/cron/{name}`: exactly one of `cron`, `every` and `daily`."""
+
+    payload: JsonValue = Field(description="Any JSON value: every run carries it")
+    cron: str | None = Field(None, description="A 5-field cron expression, e.g. `0 2 * * *`")
+    every: Number | None = Field(
+        None, gt=0, description="Seconds between runs, on multiples of the period since the epoch"
+    )
+    daily: list[str] | None = Field(None, min_length=1, description='Local times, `["HH:MM", …]`')
+    timezone: str = Field("UTC", description="IANA time zone the schedule is read in")
+    lookahead: Number | None = Field(
+        None, gt=0, le=MAX_DELAY_SECONDS,
+        description="Seconds ahead to keep runs installed (default: an hour, and at least 3 runs)",
+    )
+
+    @model_validator(mode="after")
+    def _a_schedule_that_can_run(self) -> CronInstallRequest:
+        self.schedule()
+        return self
+
+    def schedule(self) -> Schedule:
+        try:
+            return Schedule(
+                cron=self.cron,
+                every=self.every,
+                daily=tuple(self.daily) if self.daily is not None else None,
+                timezone=self.timezone,
+            )
+        except InvalidSchedule as error:
+            raise ValueError(str(error)) from error
+
+
+class CronEntryResponse(BaseModel):
+    queue: str
+    name: str
+    cron: str | None
+    every: float | None
+    daily: list[str] | None
+    timezone: str
+    payload: JsonValue
+    lookahead: float | None = Field(description="Seconds; null for the default")
+    config_hash: str = Field(description="Identifies schedule, time zone and payload")
+    created_at: Timestamp
+    updated_at: Timestamp
+    next_runs: list[Timestamp]
+
+
+class CronInstallResponse(CronEntryResponse):
+    outcome: InstallOutcome
+
+
+class CronListResponse(BaseModel):
+    entries: list[CronEntryResponse]
 
 
 class HealthResponse(BaseModel):

@@ -67,6 +67,17 @@ class Schedule:
                 if not isinstance(entry, str) or not _DAILY_TIME.fullmatch(entry):
                     raise InvalidSchedule(f"daily times are HH:MM (00:00-23:59), not {entry!r}")
 
+    @classmethod
+    def from_json(cls, stored: dict[str, Any]) -> Schedule:
+        """The schedule `as_json` gave."""
+        daily = stored.get("daily")
+        return cls(
+            cron=stored.get("cron"),
+            every=stored.get("every"),
+            daily=tuple(daily) if daily is not None else None,
+            timezone=stored.get("timezone", "UTC"),
+        )
+
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)

@@ -11,6 +11,10 @@ class MessageNotFound(HourglassError):
     """No message with that key in that queue."""
 
 
+class CronEntryNotFound(HourglassError):
+    """No cron entry of that name in that queue."""
+
+
 class LockNotFound(HourglassError):
     """The lock id holds no message: acknowledged, lease lost, or updated since."""
 

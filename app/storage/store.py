@@ -380,6 +380,10 @@ class SqlStore:
 
         return self._transaction(uninstall)
 
+    def cron_runs_delete(self, queue: str, name: str, config_hash: str) -> int:
+        """Delete the pending runs of one configuration of an entry; how many."""
+        return self._single(sql.runs_delete_pending, _runs_of(queue, name, config_hash))
+
     def cron_get(self, queue: str, name: str) -> CronEntry | None:
         row = self._read(
             lambda connection: connection.execute(

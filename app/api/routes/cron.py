@@ -1,0 +1,118 @@
+"""Cron entries: install, read (with a preview of the next runs), list, uninstall."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+
+from app.api.openapi import problem_responses
+from app.api.schemas import (
+    RFC3339_PATTERN,
+    CronEntryResponse,
+    CronInstallRequest,
+    CronInstallResponse,
+    CronListResponse,
+    CronName,
+    QueueName,
+    parse_timestamp,
+)
+from app.cron.models import InstallOutcome
+from app.cron.service import CronService, CronSpec, CronView
+from app.queue.payloads import decode_payload
+
+router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
+
+
+def _cron(request: Request) -> CronService:
+    return request.app.state.cron
+
+
+def _fields(view: CronView) -> dict:
+    entry, schedule = view.entry, view.schedule
+    return {
+        "queue": entry.queue,
+        "name": entry.name,
+        "cron": schedule.cron,
+        "every": schedule.every,
+        "daily": sorted(set(schedule.daily)) if schedule.daily is not None else None,
+        "timezone": schedule.timezone,
+        "payload": decode_payload(entry.payload),
+        "lookahead": None if entry.lookahead_ms is None else entry.lookahead_ms / 1000,
+        "config_hash": entry.config_hash,
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+        "next_runs": view.next_runs,
+    }
+
+
+@router.put(
+    "/{name:path}",
+    status_code=status.HTTP_201_CREATED,
+    summary="Install a recurring schedule; its runs become ordinary messages of the queue",
+    responses={
+        200: {"model": CronInstallResponse, "description": "Changed, or unchanged"},
+        **problem_responses(413, 422, 503),
+    },
+)
+async def install(
+    queue: QueueName, name: CronName, body: CronInstallRequest, request: Request, response: Response
+) -> CronInstallResponse:
+    spec = CronSpec(schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead)
+    outcome, view = await _cron(request).install(queue, name, spec)
+    if outcome is not InstallOutcome.CREATED:
+        response.status_code = status.HTTP_200_OK
+    return CronInstallResponse(**_fields(view), outcome=outcome)
+
+
+@router.get(
+    "",
+    summary="The queue's cron entries, each with its next 5 runs",
+    responses=problem_responses(422, 503),
+)
+async def list_entries(queue: QueueName, request: Request) -> CronListResponse:
+    views = await _cron(request).list_entries(queue)
+    return CronListResponse(entries=[CronEntryResponse(**_fields(view)) for view in views])
+
+
+@router.get(
+    "/{name:path}",
+    summary="One cron entry, with its next `count` runs after `after`",
+    responses=problem_responses(404, 422, 503),
+)
+async def get_entry(
+    queue: QueueName,
+    name: CronName,
+    request: Request,
+    after: Annotated[
+        str | None,
+        Query(pattern=RFC3339_PATTERN, description="RFC 3339 instant; default: now"),
+    ] = None,
+    count: Annotated[int, Query(ge=1, le=100, description="How many runs to show")] = 5,
+) -> CronEntryResponse:
+    start = None
+    if after is not None:
+        try:
+            start = parse_timestamp(after)
+        except ValueError as error:
+            raise _invalid_query("after", str(error)) from error
+    view = await _cron(request).get(queue, name, after=start, count=count)
+    return CronEntryResponse(**_fields(view))
+
+
+@router.delete(
+    "/{name:path}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Uninstall: delete the entry and its runs not yet delivered",
+    responses=problem_responses(404, 422, 503),
+)
+async def uninstall(queue: QueueName, name: CronName, request: Request) -> Response:
+    await _cron(request).uninstall(queue, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _invalid_query(field: str, detail: str) -> RequestValidationError:
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("query", field), "msg": detail, "input": None}]
+    )

@@ -1,0 +1,117 @@
+"""Cron over HTTP: install, change, preview, uninstall, bad input, and runs that are ordinary messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import keys_of, poll, stored_rows
+
+DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}
+
+
+def install(client, name: str = "nightly/sales", queue: str = "reports", **body):
+    return client.put(f"/v1/queues/{queue}/cron/{name}", json=body or DAILY)
+
+
+def test_installing_a_daily_schedule_installs_its_next_runs(client, database):
+    response = install(client)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["outcome"] == "created"
+    assert body["daily"] == ["02:00"] and body["timezone"] == "Europe/Bucharest"
+    # 2026-11-26 09:00Z is 11:00 in Bucharest: the next 02:00 local is 00:00Z tomorrow.
+    assert body["next_runs"][:2] == ["2026-11-27T00:00:00.000Z", "2026-11-28T00:00:00.000Z"]
+    keys = sorted(row["pKey"] for row in stored_rows(database.url))
+    # At least 3 runs ahead, even though the hour of lookahead holds none.
+    assert len(keys) == 3
+    assert keys[0] == f"nightly/sales/{body['config_hash']}/20261127-000000.000"
+
+
+def test_reinstalling_the_same_entry_changes_nothing(client, database):
+    first = install(client).json()
+    rows = stored_rows(database.url)
+    again = install(client)
+    assert again.status_code == 200
+    assert again.json()["outcome"] == "unchanged"
+    assert again.json()["config_hash"] == first["config_hash"]
+    assert stored_rows(database.url) == rows
+
+
+def test_a_changed_entry_replaces_its_runs_but_not_the_one_in_flight(client, clock, database):
+    first = install(client, **{**DAILY, "daily": ["02:00"]}).json()
+    assert first["next_runs"][0] == "2026-11-27T00:00:00.000Z"
+    clock.advance(15 * 3600)  # from 2026-11-26 09:00Z: the first run is due
+    polled = poll(client, "reports", lease=600)
+    assert keys_of(polled)[0].startswith(f"nightly/sales/{first['config_hash']}/")
+    changed = install(client, **{**DAILY, "daily": ["03:00"]})
+    assert changed.status_code == 200 and changed.json()["outcome"] == "changed"
+    new_hash = changed.json()["config_hash"]
+    keys = [row["pKey"] for row in stored_rows(database.url)]
+    old = [key for key in keys if f"/{first['config_hash']}/" in key]
+    assert old == keys_of(polled)  # only the run in flight is left of the old configuration
+    assert any(f"/{new_hash}/" in key for key in keys)
+    assert client.delete(f"/v1/queues/reports/locks/{polled['lock_id']}").status_code == 204
+
+
+def test_preview_shows_runs_from_any_instant_across_a_dst_change(client):
+    install(client, **{**DAILY, "daily": ["03:30"]})
+    response = client.get(
+        "/v1/queues/reports/cron/nightly/sales",
+        params={"after": "2026-03-28T12:00:00Z", "count": 2},
+    )
+    assert response.status_code == 200, response.text
+    # Bucharest skips 03:00-04:00 on 2026-03-29: that run is at 04:00 local (01:00Z).
+    assert response.json()["next_runs"] == ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"]
+
+
+def test_list_get_and_uninstall(client, database):
+    install(client, "a")
+    install(client, "a/b")
+    assert [e["name"] for e in client.get("/v1/queues/reports/cron").json()["entries"]] == [
+        "a",
+        "a/b",
+    ]
+    assert client.get("/v1/queues/reports/cron/a").json()["name"] == "a"
+    assert client.delete("/v1/queues/reports/cron/a").status_code == 204
+    assert client.get("/v1/queues/reports/cron/a").status_code == 404
+    assert client.delete("/v1/queues/reports/cron/a").status_code == 404
+    keys = [row["pKey"] for row in stored_rows(database.url)]
+    assert keys and all(key.startswith("a/b/") for key in keys)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"payload": 1, "cron": "61 * * * *"},
+        {"payload": 1, "cron": "0 2 * * *", "timezone": "Mars/Olympus_Mons"},
+        {"payload": 1, "cron": "0 2 * * *", "every": 60},
+        {"payload": 1},
+        {"payload": 1, "every": 0},
+        {"payload": 1, "every": -1},
+        {"payload": 1, "daily": ["25:00"]},
+        {"payload": 1, "daily": []},
+        {"payload": 1, "every": "60"},
+        {"payload": 1, "every": 60, "lookahed": 10},
+    ],
+)
+def test_bad_entries_are_422_and_store_nothing(client, database, body):
+    response = install(client, **body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert client.get("/v1/queues/reports/cron").json() == {"entries": []}
+    assert stored_rows(database.url) == []
+
+
+def test_the_manager_keeps_runs_installed_as_time_passes(client, clock):
+    install(client, "tick", payload={"n": 1}, every=600)  # every 10 minutes
+    manager = client.app.state.cron_manager
+    delivered = []
+    for _ in range(3):
+        clock.advance(3600)
+        client.portal.call(manager.run_pass)  # the pass the manager runs every 30 s
+        polled = poll(client, "reports", max=100)
+        delivered += keys_of(polled)
+        client.delete(f"/v1/queues/reports/locks/{polled['lock_id']}")
+    assert len(delivered) == len(set(delivered))
+    assert len(delivered) >= 18  # six runs an hour, three hours
+    assert manager.failures == 0
