@@ -320,11 +320,19 @@ class SqlStore:
         return _stats(row)
 
     def queues_stats(self, now: int) -> list[QueueStats]:
-        """Stats of every queue that holds messages, by name."""
-        rows = self._read(
-            lambda connection: connection.execute(sql.queues_stats, {"now": now}).all()
-        )
-        return [_stats(row) for row in rows]
+        """Stats of every queue that holds messages or cron entries, by name."""
+
+        def read(connection: Connection) -> tuple[list[Any], list[str]]:
+            return (
+                connection.execute(sql.queues_stats, {"now": now}).all(),
+                connection.execute(sql.cron_queues, {}).scalars().all(),
+            )
+
+        rows, cron_queues = self._read(read)
+        stats = {row.pKind: _stats(row) for row in rows}
+        for queue in cron_queues:
+            stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
+        return [stats[queue] for queue in sorted(stats)]
 
     def queue_purge(self, queue: str) -> int:
         """Delete every message of the queue; how many there were."""

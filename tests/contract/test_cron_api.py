@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.main import create_app
+from app.queue.errors import StorageUnavailable
 from tests.helpers import keys_of, poll, stored_rows
 
 DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}
@@ -115,3 +118,41 @@ def test_the_manager_keeps_runs_installed_as_time_passes(client, clock):
     assert len(delivered) == len(set(delivered))
     assert len(delivered) >= 18  # six runs an hour, three hours
     assert manager.failures == 0
+
+
+def test_a_queue_with_only_cron_entries_is_listed(client):
+    install(client, "x", queue="only-cron", payload=1, every=86_400 * 7)
+    client.delete("/v1/queues/only-cron?confirm=only-cron")  # its runs go; the entry stays
+    names = [queue["queue"] for queue in client.get("/v1/queues").json()["queues"]]
+    assert "only-cron" in names
+
+
+def test_runs_keep_coming_after_a_restart(settings, clock):
+    with TestClient(create_app(settings, clock=clock)) as first:
+        assert install(first, "tick", payload=1, every=600).status_code == 201
+    clock.advance(5 * 3600)  # the service was down for five hours
+    with TestClient(create_app(settings, clock=clock)) as second:
+        # Runs installed before the stop are due now; the new manager adds the next ones.
+        overdue = poll(second, "reports", max=100)
+        assert len(keys_of(overdue)) == 6
+        assert second.delete(f"/v1/queues/reports/locks/{overdue['lock_id']}").status_code == 204
+        second.portal.call(second.app.state.cron_manager.run_pass)
+        clock.advance(3600)
+        assert len(keys_of(poll(second, "reports", max=100))) == 6
+
+
+def test_the_manager_counts_a_failed_pass_and_goes_on(client, clock, monkeypatch):
+    install(client, "tick", payload=1, every=600)
+    manager = client.app.state.cron_manager
+    cron = client.app.state.cron
+    original = cron.install_upcoming_runs
+
+    async def database_down() -> int:
+        raise StorageUnavailable("the database is unavailable; retry shortly")
+
+    monkeypatch.setattr(cron, "install_upcoming_runs", database_down)
+    assert client.portal.call(manager.run_pass) == 0
+    assert manager.failures == 1
+    monkeypatch.setattr(cron, "install_upcoming_runs", original)
+    clock.advance(3600)
+    assert client.portal.call(manager.run_pass) == 6
