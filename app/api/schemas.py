@@ -45,7 +45,9 @@ QueueName = Annotated[
 ]
 CronName = Annotated[
     str,
-    Path(pattern=CRON_NAME_PATTERN, description="Entry name: 1-100 characters, no control characters"),
+    Path(
+        pattern=CRON_NAME_PATTERN, description="Entry name: 1-100 characters, no control characters"
+    ),
 ]
 MessageKey = Annotated[
     str,
@@ -267,7 +269,9 @@ class CronInstallRequest(_Request):
     daily: list[str] | None = Field(None, min_length=1, description='Local times, `["HH:MM", …]`')
     timezone: str = Field("UTC", description="IANA time zone the schedule is read in")
     lookahead: Number | None = Field(
-        None, gt=0, le=MAX_DELAY_SECONDS,
+        None,
+        gt=0,
+        le=MAX_DELAY_SECONDS,
         description="Seconds ahead to keep runs installed (default: an hour, and at least 3 runs)",
     )
 

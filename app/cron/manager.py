@@ -40,7 +40,9 @@ class CronManager:
             return await self.cron.install_upcoming_runs()
         except Exception:
             self.failures += 1
-            log.exception("cron: installing upcoming runs failed; trying again in %s s", self.interval)
+            log.exception(
+                "cron: installing upcoming runs failed; trying again in %s s", self.interval
+            )
             return 0
 
     async def _loop(self) -> None:

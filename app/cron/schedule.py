@@ -93,7 +93,9 @@ class Schedule:
         return {**rule, "timezone": self.timezone}
 
 
-def next_runs(schedule: Schedule, after: int, until: int | None = None, count: int | None = None) -> list[int]:
+def next_runs(
+    schedule: Schedule, after: int, until: int | None = None, count: int | None = None
+) -> list[int]:
     """The instants (epoch ms) the schedule runs strictly after `after`, in order.
 
     Stops at `until` (inclusive) or after `count` runs, whichever comes first;

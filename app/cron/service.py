@@ -64,11 +64,15 @@ class CronService:
         self.notifier = notifier
         self.max_payload_bytes = max_payload_bytes
 
-    async def install(self, queue: str, name: str, spec: CronSpec) -> tuple[InstallOutcome, CronView]:
+    async def install(
+        self, queue: str, name: str, spec: CronSpec
+    ) -> tuple[InstallOutcome, CronView]:
         """Create, change or confirm an entry, and install its upcoming runs at once."""
         now = self.clock.now_ms()
         payload = encode_payload(spec.payload, self.max_payload_bytes)
-        lookahead_ms = None if spec.lookahead_seconds is None else round(spec.lookahead_seconds * 1000)
+        lookahead_ms = (
+            None if spec.lookahead_seconds is None else round(spec.lookahead_seconds * 1000)
+        )
         entry = CronEntry(
             queue=queue,
             name=name,
@@ -84,7 +88,9 @@ class CronService:
         self.notifier.notify(queue)
         return installed.outcome, self._view(installed.entry, now, 5)
 
-    async def get(self, queue: str, name: str, after: int | None = None, count: int = 5) -> CronView:
+    async def get(
+        self, queue: str, name: str, after: int | None = None, count: int = 5
+    ) -> CronView:
         entry = await self.calls.run(partial(self.store.cron_get, queue, name))
         if entry is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")

@@ -406,9 +406,7 @@ class SqlStore:
             rows = self._read(lambda connection: connection.execute(sql.cron_list_all, {}).all())
         else:
             rows = self._read(
-                lambda connection: connection.execute(
-                    sql.cron_list_queue, {"queue": queue}
-                ).all()
+                lambda connection: connection.execute(sql.cron_list_queue, {"queue": queue}).all()
             )
         return [_cron_entry(row) for row in rows]
 

@@ -59,7 +59,9 @@ def _fields(view: CronView) -> dict:
 async def install(
     queue: QueueName, name: CronName, body: CronInstallRequest, request: Request, response: Response
 ) -> CronInstallResponse:
-    spec = CronSpec(schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead)
+    spec = CronSpec(
+        schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead
+    )
     outcome, view = await _cron(request).install(queue, name, spec)
     if outcome is not InstallOutcome.CREATED:
         response.status_code = status.HTTP_200_OK
