@@ -156,3 +156,15 @@ def test_the_manager_counts_a_failed_pass_and_goes_on(client, clock, monkeypatch
     monkeypatch.setattr(cron, "install_upcoming_runs", original)
     clock.advance(3600)
     assert client.portal.call(manager.run_pass) == 6
+
+
+def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, database):
+    install(client, "tick", payload=1, every=600)
+    clock.advance(600)
+    polled = poll(client, "reports")
+    assert len(keys_of(polled)) == 1
+    assert client.delete("/v1/queues/reports/cron/tick").status_code == 204
+    assert [row["pKey"] for row in stored_rows(database.url)] == keys_of(polled)
+    assert client.delete(f"/v1/queues/reports/locks/{polled['lock_id']}").status_code == 204
+    client.portal.call(client.app.state.cron_manager.run_pass)  # nothing comes back
+    assert stored_rows(database.url) == []
