@@ -78,8 +78,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         try:
             yield
         finally:
-            await manager.stop()
-            await service.close()
+            try:
+                await manager.stop()
+            finally:
+                await service.close()
 
     app = FastAPI(
         title="Hourglass",

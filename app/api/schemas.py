@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from app.cron.models import InstallOutcome
-from app.cron.schedule import InvalidSchedule, Schedule
+from app.cron.schedule import MAX_EVERY_SECONDS, MIN_EVERY_SECONDS, InvalidSchedule, Schedule
 from app.queue.models import IfExists, Outcome, State, When
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -264,7 +264,10 @@ class CronInstallRequest(_Request):
     payload: JsonValue = Field(description="Any JSON value: every run carries it")
     cron: str | None = Field(None, description="A 5-field cron expression, e.g. `0 2 * * *`")
     every: Number | None = Field(
-        None, gt=0, description="Seconds between runs, on multiples of the period since the epoch"
+        None,
+        ge=MIN_EVERY_SECONDS,
+        le=MAX_EVERY_SECONDS,
+        description="Seconds between runs, on multiples of the period since the epoch",
     )
     daily: list[str] | None = Field(None, min_length=1, description='Local times, `["HH:MM", …]`')
     timezone: str = Field("UTC", description="IANA time zone the schedule is read in")

@@ -37,7 +37,7 @@ class CronManager:
     async def run_pass(self) -> int:
         """One installation pass; the number of runs it created, 0 after a failure."""
         try:
-            return await self.cron.install_upcoming_runs()
+            return await self.cron.install_upcoming_runs(stopping=self._stop.is_set)
         except Exception:
             self.failures += 1
             log.exception(

@@ -17,8 +17,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -28,6 +29,12 @@ _HASH_LENGTH = 16
 _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
 _DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Runs are printable instants (years 0001-9999); a daily schedule looks a day back.
+EARLIEST_AFTER_MS = (datetime(1, 1, 3, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+LATEST_RUN_MS = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+# Shortest and longest `every`: a second (cron's own grain is a minute), a century.
+MIN_EVERY_SECONDS = 1
+MAX_EVERY_SECONDS = 100 * 366 * 24 * 3600
 
 
 class InvalidSchedule(ValueError):
@@ -47,19 +54,23 @@ class Schedule:
         given = [kind for kind in ("cron", "every", "daily") if getattr(self, kind) is not None]
         if len(given) != 1:
             raise InvalidSchedule("give exactly one of cron, every and daily")
+        if self.timezone not in _zone_names():  # not "localtime": replicas' hosts differ
+            raise InvalidSchedule(f"unknown time zone {self.timezone!r}: use an IANA name")
         try:
             zone = ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError) as error:
             raise InvalidSchedule(f"unknown time zone {self.timezone!r}") from error
         if self.cron is not None:
+            if len(self.cron.split()) != 5:
+                raise InvalidSchedule(f"a cron expression has 5 fields, not {self.cron!r}")
             try:
                 CronSim(self.cron, datetime.now(zone))
             except CronSimError as error:
                 raise InvalidSchedule(f"invalid cron expression {self.cron!r}: {error}") from error
-        if self.every is not None and not self.every > 0:
-            raise InvalidSchedule("every must be a positive number of seconds")
-        if self.every is not None and round(self.every * 1000) < 1:
-            raise InvalidSchedule("every must be at least one millisecond")
+        if self.every is not None and not MIN_EVERY_SECONDS <= self.every <= MAX_EVERY_SECONDS:
+            raise InvalidSchedule(
+                f"every is {MIN_EVERY_SECONDS} to {MAX_EVERY_SECONDS} seconds, not {self.every!r}"
+            )
         if self.daily is not None:
             if not self.daily:
                 raise InvalidSchedule("daily needs at least one time")
@@ -93,6 +104,12 @@ class Schedule:
         return {**rule, "timezone": self.timezone}
 
 
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    # Not the host-dependent entries of the zone database's directory.
+    return (frozenset(available_timezones()) | {"UTC"}) - {"localtime", "posixrules", "Factory"}
+
+
 def next_runs(
     schedule: Schedule, after: int, until: int | None = None, count: int | None = None
 ) -> list[int]:
@@ -103,11 +120,22 @@ def next_runs(
     """
     if until is None and count is None:
         raise ValueError("give until or count")
+    if not EARLIEST_AFTER_MS <= after <= LATEST_RUN_MS:
+        raise InvalidSchedule("after must fall between 0001-01-03 and 9999-12-31")
     runs: list[int] = []
+    last = after
     for run in _runs_after(schedule, after):
+        if run <= last:
+            # cronsim can step back into the first copy of a repeated hour (fall
+            # back): that instant has passed; installing it again would deliver
+            # the run again on every pass.
+            continue
+        if run > LATEST_RUN_MS:
+            break
         if (until is not None and run > until) or (count is not None and len(runs) >= count):
             break
         runs.append(run)
+        last = run
     return runs
 
 
@@ -150,12 +178,12 @@ def _local_instant(wall: datetime, zone: ZoneInfo) -> int:
     gap means the first instant after the gap: the first later minute that exists.
     """
     candidate = wall
-    for _ in range(24 * 60):
+    for _ in range(48 * 60):  # a whole skipped day (Pacific/Apia, 2011-12-30) included
         aware = candidate.replace(tzinfo=zone, fold=0)
         if aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == candidate:
             return _to_epoch_ms(aware)
         candidate += timedelta(minutes=1)
-    raise AssertionError(f"no valid local time within a day after {wall} in {zone}")
+    raise AssertionError(f"no valid local time within two days after {wall} in {zone}")
 
 
 def config_hash(schedule: Schedule, payload: bytes) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -18,7 +19,7 @@ from app.clock import Clock
 from app.cron.models import CronEntry, InstallOutcome
 from app.cron.schedule import Schedule, config_hash, next_runs, run_key
 from app.queue.errors import CronEntryNotFound
-from app.queue.models import IfExists, Offer, Outcome
+from app.queue.models import IfExists, Offer
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
 from app.storage.calls import StorageCalls
@@ -29,9 +30,13 @@ log = logging.getLogger(__name__)
 # the next MIN_RUNS_AHEAD runs however far off they are.
 DEFAULT_LOOKAHEAD_MS = 3_600_000
 MIN_RUNS_AHEAD = 3
-# Runs installed per entry in one pass; a very frequent schedule catches up over
-# the next passes.
+# Runs installed per entry in one pass: with `every` at least a second, that is
+# over 16 minutes of runs, far more than the time between passes.
 MAX_RUNS_PER_PASS = 1000
+# The manager's passes leave the next minute to earlier passes (see _install_runs),
+# so they keep at least a few minutes of runs installed whatever the lookahead.
+SKEW_MARGIN_MS = 60_000
+MIN_LOOKAHEAD_MS = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class CronService:
         self.clock = clock
         self.notifier = notifier
         self.max_payload_bytes = max_payload_bytes
+        self.failures = 0  # entries whose runs could not be installed in a pass
 
     async def install(
         self, queue: str, name: str, spec: CronSpec
@@ -106,24 +112,41 @@ class CronService:
         if await self.calls.run(partial(self.store.cron_uninstall, queue, name)) is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
 
-    async def install_upcoming_runs(self) -> int:
-        """One pass of the manager: every entry's runs within its lookahead; how many are new."""
+    async def install_upcoming_runs(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        """One pass of the manager: every entry's runs within its lookahead; how many are new.
+
+        An entry that fails is logged and counted and the others go on; `stopping`
+        is checked between entries, so shutdown does not wait for a long pass.
+        """
         now = self.clock.now_ms()
         entries = await self.calls.run(self.store.cron_list)
         created = 0
         for entry in entries:
-            created += await self.calls.run(partial(self._install_runs, entry, now))
+            if stopping():
+                break
+            try:
+                created += await self.calls.run(
+                    partial(self._install_runs, entry, now, SKEW_MARGIN_MS)
+                )
+            except Exception:
+                self.failures += 1
+                log.exception("cron: installing runs of %s/%s failed", entry.queue, entry.name)
         return created
 
-    def _install_runs(self, entry: CronEntry, now: int) -> int:
-        """Offer the entry's upcoming runs, ignoring those that exist (storage thread/greenlet)."""
+    def _install_runs(self, entry: CronEntry, now: int, margin_ms: int = 0) -> int:
+        """Insert the entry's upcoming runs whose keys are free (on a storage thread or greenlet).
+
+        Runs within `margin_ms` of now are left to earlier passes: a replica whose
+        clock is behind must not re-create a run that another has delivered.
+        """
         schedule = Schedule.from_json(json.loads(entry.schedule))
         lookahead = DEFAULT_LOOKAHEAD_MS if entry.lookahead_ms is None else entry.lookahead_ms
-        until = now + lookahead
-        first = next_runs(schedule, now, count=MIN_RUNS_AHEAD)
+        start = now + margin_ms
+        until = start + max(lookahead, MIN_LOOKAHEAD_MS)
+        first = next_runs(schedule, start, count=MIN_RUNS_AHEAD)
         if first:
             until = max(until, first[-1])
-        runs = next_runs(schedule, now, until=until, count=MAX_RUNS_PER_PASS)
+        runs = next_runs(schedule, start, until=until, count=MAX_RUNS_PER_PASS)
         offers = [
             Offer(
                 key=run_key(entry.name, entry.config_hash, run),
@@ -133,14 +156,8 @@ class CronService:
             )
             for run in runs
         ]
-        outcomes = self.store.messages_offer_many(entry.queue, offers, now) if offers else []
-        # Another replica may have changed or removed the entry meanwhile: then
-        # these runs belong to a configuration that no longer exists.
-        current = self.store.cron_get(entry.queue, entry.name)
-        if current is None or current.config_hash != entry.config_hash:
-            self.store.cron_runs_delete(entry.queue, entry.name, entry.config_hash)
-            return 0
-        return sum(outcome is Outcome.CREATED for outcome in outcomes)
+        # None: another replica changed or removed the entry meanwhile; nothing written.
+        return self.store.cron_install_runs(entry, offers, now) or 0
 
     def _view(self, entry: CronEntry, after: int, count: int) -> CronView:
         schedule = Schedule.from_json(json.loads(entry.schedule))

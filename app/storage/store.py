@@ -350,6 +350,7 @@ class SqlStore:
         raise StorageUnavailable(f"too much contention on cron entry {entry.name!r}; try again")
 
     def _cron_install(self, connection: Connection, entry: CronEntry) -> CronInstall:
+        # Locks the entry's row: a replica installing runs of it (share lock) finishes first.
         key = {"entry_queue": entry.queue, "entry_name": entry.name}
         row = connection.execute(sql.cron_select_for_update, key).first()
         if row is None:
@@ -388,9 +389,27 @@ class SqlStore:
 
         return self._transaction(uninstall)
 
-    def cron_runs_delete(self, queue: str, name: str, config_hash: str) -> int:
-        """Delete the pending runs of one configuration of an entry; how many."""
-        return self._single(sql.runs_delete_pending, _runs_of(queue, name, config_hash))
+    def cron_install_runs(self, entry: CronEntry, runs: Sequence[Offer], now: int) -> int | None:
+        """Insert an entry's runs whose keys are free; how many went in, or None when the
+        entry was changed or removed meanwhile (then nothing is written).
+
+        The entry's row is share-locked for the transaction, so a change or an
+        uninstall (which lock it for update) waits, and its delete of the old
+        configuration's runs then sees these.
+        """
+        key = {"entry_queue": entry.queue, "entry_name": entry.name}
+
+        def install(connection: Connection) -> int | None:
+            current = connection.execute(sql.cron_select_for_share, key).first()
+            if current is None or current.configHash != entry.config_hash:
+                return None
+            rows = [_row(entry.queue, run, now) for run in runs]
+            return sum(
+                len(self.dialect.insert_many(connection, self._insert_returning_keys, list(chunk)))
+                for chunk in _chunks(rows, _INSERT_CHUNK)
+            )
+
+        return self._transaction(install)
 
     def cron_get(self, queue: str, name: str) -> CronEntry | None:
         row = self._read(

@@ -94,6 +94,10 @@ def test_list_get_and_uninstall(client, database):
         {"payload": 1, "daily": ["25:00"]},
         {"payload": 1, "daily": []},
         {"payload": 1, "every": "60"},
+        {"payload": 1, "every": 0.5},
+        {"payload": 1, "every": 1e300},
+        {"payload": 1, "cron": "0 0 * * * *"},
+        {"payload": 1, "cron": "0 2 * * *", "timezone": "localtime"},
         {"payload": 1, "every": 60, "lookahed": 10},
     ],
 )
@@ -167,4 +171,24 @@ def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, datab
     assert [row["pKey"] for row in stored_rows(database.url)] == keys_of(polled)
     assert client.delete(f"/v1/queues/reports/locks/{polled['lock_id']}").status_code == 204
     client.portal.call(client.app.state.cron_manager.run_pass)  # nothing comes back
+    assert stored_rows(database.url) == []
+
+
+@pytest.mark.parametrize(
+    "after", ["0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z", "2026-02-30T00:00:00Z"]
+)
+def test_a_preview_from_an_impossible_instant_is_422(client, after):
+    install(client)
+    response = client.get("/v1/queues/reports/cron/nightly/sales", params={"after": after})
+    assert response.status_code == 422, response.text
+
+
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN"])
+def test_numbers_json_does_not_have_are_422(client, database, number):
+    response = client.put(
+        "/v1/queues/reports/cron/x",
+        content=f'{{"payload": 1, "every": {number}}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
     assert stored_rows(database.url) == []

@@ -112,3 +112,35 @@ def test_a_change_deletes_only_its_own_old_runs(store, entry, other):
 
 def test_uninstalling_an_unknown_entry_says_so(store):
     assert store.cron_uninstall(QUEUE, "nothing") is None
+
+
+def test_runs_of_a_configuration_that_is_gone_are_not_installed(store):
+    old = _entry("nightly")
+    store.cron_install(old)
+    store.cron_install(_entry("nightly", payload=b'{"r":2}'))  # another replica changed it
+    run = Offer(
+        key=run_key(old.name, old.config_hash, START_MS + HOUR),
+        payload=old.payload,
+        scheduled_at=START_MS + HOUR,
+        if_exists=IfExists.IGNORE,
+    )
+    assert store.cron_install_runs(old, [run], START_MS) is None
+    assert store.messages_get(QUEUE, run.key) is None
+    store.cron_uninstall(QUEUE, "nightly")
+    assert store.cron_install_runs(old, [run], START_MS) is None
+
+
+def test_installing_runs_twice_creates_each_once(store):
+    entry = _entry("nightly")
+    store.cron_install(entry)
+    runs = [
+        Offer(
+            key=run_key(entry.name, entry.config_hash, START_MS + n * HOUR),
+            payload=entry.payload,
+            scheduled_at=START_MS + n * HOUR,
+            if_exists=IfExists.IGNORE,
+        )
+        for n in range(1, 4)
+    ]
+    assert store.cron_install_runs(entry, runs, START_MS) == 3
+    assert store.cron_install_runs(entry, runs, START_MS) == 0

@@ -45,7 +45,7 @@ def test_periods_are_multiples_since_the_epoch_and_strictly_after():
     after = ms("2026-11-26T10:00:00+00:00")  # itself a multiple of 90 s
     runs = next_runs(Schedule(every=90), after, count=2)
     assert runs == [after + 90_000, after + 180_000]
-    assert next_runs(Schedule(every=0.5), 1_001, count=2) == [1_500, 2_000]
+    assert next_runs(Schedule(every=1.5), 1_001, count=2) == [1_500, 3_000]
 
 
 # -- daily --------------------------------------------------------------------------
@@ -192,7 +192,13 @@ def test_until_and_count_bound_the_runs():
         {},
         {"every": 0},
         {"every": -5},
-        {"every": 0.0001},
+        {"every": 0.5},
+        {"every": float("inf")},
+        {"every": float("nan")},
+        {"every": 1e300},
+        {"cron": "0 0 * * * *"},
+        {"cron": "* * * * * *"},
+        {"cron": "0 9 * * *", "timezone": "localtime"},
         {"daily": ()},
         {"daily": ("24:00",)},
         {"daily": ("9:00",)},
@@ -260,3 +266,58 @@ def test_an_entry_key_pattern_never_matches_another_entry(entry, other):
     assert not _like(run_key_pattern(entry, "fedcba9876543210"), run_key(entry, hash_, run))
     assert not _like(run_key_pattern(entry), run_key(other, hash_, run))
     assert not _like(run_key_pattern(other), run_key(entry, hash_, run))
+
+
+@pytest.mark.parametrize(
+    ("zone", "expression", "inside_the_second_copy", "next_run"),
+    [
+        # New York repeats 01:00-01:59 on 2025-11-02; 06:10Z is 01:10 EST, the second copy.
+        (
+            "America/New_York",
+            "45 1 * * *",
+            "2025-11-02T06:10:00+00:00",
+            "2025-11-03T01:45:00-05:00",
+        ),
+        # Bucharest repeats 03:00-03:59 on 2026-10-25; 01:10Z is 03:10 EET, the second copy.
+        (
+            "Europe/Bucharest",
+            "30 3 * * *",
+            "2026-10-25T01:10:00+00:00",
+            "2026-10-26T03:30:00+02:00",
+        ),
+    ],
+)
+def test_a_run_already_passed_in_a_repeated_hour_is_never_offered_again(
+    zone, expression, inside_the_second_copy, next_run
+):
+    schedule = Schedule(cron=expression, timezone=zone)
+    after = ms(inside_the_second_copy)
+    runs = next_runs(schedule, after, count=2)
+    assert all(run > after for run in runs)
+    assert iso(runs[0], zone) == next_run
+    # The runs after any instant are the tail of the runs after an earlier one.
+    earlier = next_runs(schedule, after - 86_400_000, count=4)
+    assert runs == [run for run in earlier if run > after][:2]
+
+
+def test_half_hour_daylight_saving_shifts():
+    # Lord Howe Island moves its clocks 30 minutes: 02:00 -> 02:30 on 2026-10-04.
+    schedule = Schedule(daily=("02:15",), timezone="Australia/Lord_Howe")
+    [run] = next_runs(schedule, ms("2026-10-03T12:00:00+10:30"), count=1)
+    assert iso(run, "Australia/Lord_Howe") == "2026-10-04T02:30:00+11:00"
+
+
+def test_a_skipped_day_is_crossed():
+    # Samoa skipped 2011-12-30 entirely: its 12:00 runs at the first instant after.
+    schedule = Schedule(daily=("12:00",), timezone="Pacific/Apia")
+    runs = next_runs(schedule, ms("2011-12-29T13:00:00-10:00"), count=2)
+    assert [iso(run, "Pacific/Apia") for run in runs] == [
+        "2011-12-31T00:00:00+14:00",
+        "2011-12-31T12:00:00+14:00",
+    ]
+
+
+@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00"])
+def test_previews_outside_the_printable_years_are_refused(after):
+    with pytest.raises(InvalidSchedule):
+        next_runs(Schedule(daily=("02:00",)), ms(after), count=1)

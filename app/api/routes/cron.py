@@ -19,6 +19,7 @@ from app.api.schemas import (
     parse_timestamp,
 )
 from app.cron.models import InstallOutcome
+from app.cron.schedule import InvalidSchedule
 from app.cron.service import CronService, CronSpec, CronView
 from app.queue.payloads import decode_payload
 
@@ -99,7 +100,10 @@ async def get_entry(
             start = parse_timestamp(after)
         except ValueError as error:
             raise _invalid_query("after", str(error)) from error
-    view = await _cron(request).get(queue, name, after=start, count=count)
+    try:
+        view = await _cron(request).get(queue, name, after=start, count=count)
+    except InvalidSchedule as error:  # an `after` no run can follow
+        raise _invalid_query("after", str(error)) from error
     return CronEntryResponse(**_fields(view))
 
 
