@@ -68,8 +68,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             connections=settings.pool_size,
         )
         app.state.service = service
+        metrics = app.state.metrics
         app.state.cron = CronService(
-            service.calls, clock, service.notifier, max_payload_bytes=settings.max_payload_bytes
+            service.calls,
+            clock,
+            service.notifier,
+            max_payload_bytes=settings.max_payload_bytes,
+            runs_installed=metrics.cron_runs_installed_by,
+            failed=metrics.error,
         )
         manager = CronManager(app.state.cron)
         app.state.cron_manager = manager

@@ -24,6 +24,25 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.cron_runs_installed = Counter(
+            "hourglass_cron_runs_installed",
+            "Cron runs installed as messages (each run once, whichever replica installs it)",
+            ["queue", "name"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "hourglass_errors",
+            "Failures the service recovered from by itself, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
+        self.cron_runs_installed.labels(queue=queue, name=name).inc(count)
+
+    def error(self, kind: str) -> None:
+        self.errors.labels(kind=kind).inc()
+
     def count_statements(self, store: Store) -> None:
         """Count every statement `store` sends."""
         store.listen_statements(self.database_statements.inc)

@@ -40,6 +40,7 @@ class CronManager:
             return await self.cron.install_upcoming_runs(stopping=self._stop.is_set)
         except Exception:
             self.failures += 1
+            self.cron.failed("cron_pass")
             log.exception(
                 "cron: installing upcoming runs failed; trying again in %s s", self.interval
             )

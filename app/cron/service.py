@@ -61,7 +61,14 @@ class CronService:
     """Everything a client can ask of cron entries, plus the manager's installation pass."""
 
     def __init__(
-        self, calls: StorageCalls, clock: Clock, notifier: Notifier, *, max_payload_bytes: int
+        self,
+        calls: StorageCalls,
+        clock: Clock,
+        notifier: Notifier,
+        *,
+        max_payload_bytes: int,
+        runs_installed: Callable[[str, str, int], object] = lambda queue, name, count: None,
+        failed: Callable[[str], object] = lambda kind: None,
     ) -> None:
         self.calls = calls
         self.store = calls.store
@@ -69,6 +76,9 @@ class CronService:
         self.notifier = notifier
         self.max_payload_bytes = max_payload_bytes
         self.failures = 0  # entries whose runs could not be installed in a pass
+        # Observers (the app's metrics): runs created per entry, and failures by kind.
+        self.runs_installed = runs_installed
+        self.failed = failed
 
     async def install(
         self, queue: str, name: str, spec: CronSpec
@@ -130,6 +140,7 @@ class CronService:
                 )
             except Exception:
                 self.failures += 1
+                self.failed("cron_entry")
                 log.exception("cron: installing runs of %s/%s failed", entry.queue, entry.name)
         return created
 
@@ -157,7 +168,10 @@ class CronService:
             for run in runs
         ]
         # None: another replica changed or removed the entry meanwhile; nothing written.
-        return self.store.cron_install_runs(entry, offers, now) or 0
+        created = self.store.cron_install_runs(entry, offers, now) or 0
+        if created:
+            self.runs_installed(entry.queue, entry.name, created)
+        return created
 
     def _view(self, entry: CronEntry, after: int, count: int) -> CronView:
         schedule = Schedule.from_json(json.loads(entry.schedule))

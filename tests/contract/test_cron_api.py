@@ -157,9 +157,13 @@ def test_the_manager_counts_a_failed_pass_and_goes_on(client, clock, monkeypatch
     monkeypatch.setattr(cron, "install_upcoming_runs", database_down)
     assert client.portal.call(manager.run_pass) == 0
     assert manager.failures == 1
+    assert 'hourglass_errors_total{kind="cron_pass"} 1.0' in client.get("/metrics").text
     monkeypatch.setattr(cron, "install_upcoming_runs", original)
     clock.advance(3600)
     assert client.portal.call(manager.run_pass) == 6
+    # 6 at install, 6 now: counted per entry.
+    metrics = client.get("/metrics").text
+    assert 'hourglass_cron_runs_installed_total{name="tick",queue="reports"} 12.0' in metrics
 
 
 def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, database):
