@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__
+from app.api.auth import BearerTokens, parse_tokens
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
@@ -96,6 +97,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         lifespan=lifespan,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if rules := parse_tokens(settings.api_tokens):
+        app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
     app.state.settings = settings
     app.state.metrics = Metrics()
     install_error_handlers(app)

@@ -29,8 +29,20 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         description=app.description,
         routes=app.routes,
     )
-    for path_item in schema.get("paths", {}).values():
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Required on /v1 when HOURGLASS_API_TOKENS is set",
+        }
+    }
+    for path, path_item in schema.get("paths", {}).items():
         for operation in path_item.values():
+            if path.startswith("/v1/"):
+                operation["security"] = [{"bearer": []}]
+                responses = operation.setdefault("responses", {})
+                responses.setdefault("401", {"description": "No valid bearer token"})
+                responses.setdefault("403", {"description": "The token may not use this queue"})
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
+from app.api.auth import queue_glob
 from app.api.deps import Service
 from app.api.openapi import problem_responses
 from app.api.schemas import PurgeResponse, QueueListResponse, QueueName, QueueStatsResponse
@@ -21,9 +23,14 @@ def _stats_response(stats: QueueStats) -> QueueStatsResponse:
 @router.get(
     "", summary="Every queue that holds messages, with its stats", responses=problem_responses(503)
 )
-async def list_queues(service: Service) -> QueueListResponse:
+async def list_queues(service: Service, request: Request) -> QueueListResponse:
+    glob = queue_glob(request.scope)  # a token limited to some queues sees only those
     return QueueListResponse(
-        queues=[_stats_response(stats) for stats in await service.list_queues()]
+        queues=[
+            _stats_response(stats)
+            for stats in await service.list_queues()
+            if glob is None or fnmatchcase(stats.queue, glob)
+        ]
     )
 
 

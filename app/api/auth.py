@@ -1,0 +1,99 @@
+"""Bearer tokens for `/v1`: `HOURGLASS_API_TOKENS` is `token` or `token=queue-glob`, comma-separated.
+
+Without a valid token a `/v1` request is `401`; a token limited to a glob gets
+`403` for any queue outside it, and the queue list shows only its queues.
+`/healthz`, `/readyz`, `/metrics` and the docs stay open. Tokens are compared in
+constant time and never logged. With no tokens configured nothing is installed.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from urllib.parse import unquote
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.errors import problem
+
+_PREFIX = "/v1/"
+_QUEUES = "/v1/queues/"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRule:
+    token: bytes
+    queues: str | None  # a glob (fnmatch, case-sensitive); None: every queue
+
+    def allows(self, queue: str) -> bool:
+        return self.queues is None or fnmatchcase(queue, self.queues)
+
+
+def parse_tokens(text: str) -> list[TokenRule]:
+    """`a,b=reports-*` → two rules; blanks ignored. ValueError for an empty token."""
+    rules = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        token, separator, glob = item.strip().partition("=")
+        if not token:
+            raise ValueError("HOURGLASS_API_TOKENS has an empty token")
+        rules.append(
+            TokenRule(token.encode(), glob.strip() if separator and glob.strip() else None)
+        )
+    return rules
+
+
+def queue_glob(scope: Scope) -> str | None:
+    """The glob the request's token is limited to, for routes that list queues."""
+    return scope.get("state", {}).get("queue_glob")
+
+
+class BearerTokens:
+    """ASGI middleware enforcing the rules on every `/v1` request."""
+
+    def __init__(self, app: ASGIApp, rules: list[TokenRule]) -> None:
+        self.app = app
+        self.rules = rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        rule = self._rule_for(scope)
+        if rule is None:
+            response = problem(
+                401,
+                "a valid `Authorization: Bearer <token>` header is required",
+                slug="unauthorized",
+                headers={"WWW-Authenticate": 'Bearer realm="hourglass"'},
+            )
+            await response(scope, receive, send)
+            return
+        queue = _queue_of(scope["path"])
+        if queue is not None and not rule.allows(queue):
+            response = problem(403, f"this token may not use queue {queue!r}", slug="forbidden")
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["queue_glob"] = rule.queues
+        await self.app(scope, receive, send)
+
+    def _rule_for(self, scope: Scope) -> TokenRule | None:
+        offered = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, credentials = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    offered = credentials.strip()
+        found = None
+        for rule in self.rules:  # every rule, whether or not an earlier one matched
+            if hmac.compare_digest(rule.token, offered) and offered:
+                found = rule
+        return found
+
+
+def _queue_of(path: str) -> str | None:
+    if not path.startswith(_QUEUES):
+        return None
+    return unquote(path[len(_QUEUES) :].split("/", 1)[0]) or None
