@@ -14,6 +14,7 @@ from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
 from app.api.routes import cron, health, locks, messages, queues
+from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.cron.manager import CronManager
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             max_payload_bytes=settings.max_payload_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
             connections=settings.pool_size,
+            events=app.state.metrics,
         )
         app.state.service = service
         metrics = app.state.metrics
@@ -96,11 +98,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    if rules := parse_tokens(settings.api_tokens):
-        app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
+    if rules := parse_tokens(settings.api_tokens):
+        app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from app.clock import Clock
 from app.queue.errors import (
@@ -45,6 +45,27 @@ T = TypeVar("T")
 _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
 
 
+class QueueEvents(Protocol):
+    """What the service reports as it works (the app's metrics listen)."""
+
+    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None: ...
+
+    def polled(self, queue: str, lease: Lease | None, now: int) -> None: ...
+
+    def acknowledged(self, queue: str, count: int) -> None: ...
+
+
+class _Unobserved:
+    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
+        pass
+
+    def polled(self, queue: str, lease: Lease | None, now: int) -> None:
+        pass
+
+    def acknowledged(self, queue: str, count: int) -> None:
+        pass
+
+
 class QueueService:
     """Everything a client can ask of the queue, as async methods."""
 
@@ -57,8 +78,10 @@ class QueueService:
         max_payload_bytes: int,
         poll_recheck_seconds: float,
         connections: int,
+        events: QueueEvents | None = None,
     ) -> None:
         self.store = store
+        self.events: QueueEvents = events or _Unobserved()
         self.clock = clock
         self.default_lease_ms = round(default_lease_seconds * 1000)
         self.max_payload_bytes = max_payload_bytes
@@ -95,6 +118,7 @@ class QueueService:
         )
         if stored is None:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
+        self.events.offered(queue, (stored.outcome,))
         if stored.outcome is not Outcome.IGNORED:
             self.notifier.notify(queue)
         return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
@@ -104,6 +128,7 @@ class QueueService:
         now = self.clock.now_ms()
         offers = [self._to_offer(request, now) for request in requests]
         outcomes = await self._run(partial(self.store.messages_offer_many, queue, offers, now))
+        self.events.offered(queue, outcomes)
         if any(outcome is not Outcome.IGNORED for outcome in outcomes):
             self.notifier.notify(queue)
         return outcomes
@@ -150,6 +175,18 @@ class QueueService:
         messages that nobody will receive.
         """
         lease_ms = self.default_lease_ms if lease_seconds is None else round(lease_seconds * 1000)
+        lease = await self._poll(queue, limit, lease_ms, wait_seconds, abandoned)
+        self.events.polled(queue, lease, self.clock.now_ms())
+        return lease
+
+    async def _poll(
+        self,
+        queue: str,
+        limit: int,
+        lease_ms: int,
+        wait_seconds: float,
+        abandoned: Callable[[], Awaitable[bool]] | None,
+    ) -> Lease | None:
         if wait_seconds <= 0:
             return await self._claim(queue, limit, lease_ms)
         loop = asyncio.get_running_loop()
@@ -185,7 +222,10 @@ class QueueService:
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
-        await self._on_lock(queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id))
+        count = await self._on_lock(
+            queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id)
+        )
+        self.events.acknowledged(queue, count)
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
         """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
@@ -199,13 +239,15 @@ class QueueService:
         await self._on_lock(queue, lock_id, partial(self.store.locks_release, queue, lock_id, at))
         self.notifier.notify(queue)
 
-    async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> None:
-        """Apply `change` to what the lock holds; LockNotFound when it holds nothing.
+    async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> int:
+        """Apply `change` to what the lock holds; how many messages; LockNotFound for none.
 
         A lock id this service never issued holds nothing: 404 without asking the database.
         """
-        if not _LOCK_ID.fullmatch(lock_id) or not await self._run(change):
+        count = await self._run(change) if _LOCK_ID.fullmatch(lock_id) else 0
+        if not count:
             raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+        return count
 
     # -- queues ------------------------------------------------------------------------
 

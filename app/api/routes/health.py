@@ -43,6 +43,7 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
     response_class=Response,
     responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
 )
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, service: Service) -> Response:
     metrics = request.app.state.metrics
+    await metrics.refresh_queue_gauges(service.list_queues, service.clock.now_ms())
     return Response(metrics.exposition(), media_type=metrics.content_type)

@@ -1,0 +1,38 @@
+"""Request durations by route template, never by raw path: keys must not become labels."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class RequestTiming:
+    """ASGI middleware observing `histogram{method,route,status}` for every HTTP request."""
+
+    def __init__(self, app: ASGIApp, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # if the app fails before answering
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.histogram.labels(
+                method=scope["method"], route=template, status=str(status)
+            ).observe(time.perf_counter() - started)
