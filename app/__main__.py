@@ -14,17 +14,19 @@ from app.config import Settings
 def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
+    from app.logs import configure_logging
     from app.main import create_app
     from app.storage.schema import upgrade_to_head
 
+    log_format = arguments.log_format or settings.log_format
+    configure_logging(arguments.log_level, json_lines=log_format == "json")
     if settings.auto_migrate:
         upgrade_to_head(settings.database_url)
-    # Readiness probes read the schema revision; Alembic would log each read.
-    logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
     uvicorn.run(
         create_app(settings),
         host=arguments.host,
         port=arguments.port,
+        log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
         log_level=arguments.log_level,
         timeout_graceful_shutdown=arguments.graceful_shutdown,
         access_log=arguments.access_log,
@@ -65,6 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         default=25,
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight requests may take to finish",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="text for people, JSON lines for log pipelines (default: HOURGLASS_LOG_FORMAT, text)",
     )
     serve.add_argument(
         "--access-log",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -33,6 +35,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""
     auto_migrate: bool = True
+    log_format: Literal["text", "json"] = "text"
     # At most this many storage calls run at once (on PostgreSQL on the event loop,
     # on SQLite one thread each); the rest wait for a turn, up to 10 s, then 503.
     pool_size: int = Field(10, ge=1, description="database connections; storage calls at once")

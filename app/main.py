@@ -13,6 +13,7 @@ from app.api.auth import BearerTokens, parse_tokens
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
+from app.api.request_id import RequestId
 from app.api.routes import cron, health, locks, messages, queues
 from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.state.metrics = Metrics()
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
+    app.add_middleware(RequestId)
     if rules := parse_tokens(settings.api_tokens):
         app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
     install_error_handlers(app)
