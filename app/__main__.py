@@ -16,14 +16,16 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
 
     from app.logs import configure_logging
     from app.main import create_app
+    from app.server import HourglassServer
     from app.storage.schema import upgrade_to_head
 
     log_format = arguments.log_format or settings.log_format
     configure_logging(arguments.log_level, json_lines=log_format == "json")
     if settings.auto_migrate:
         upgrade_to_head(settings.database_url)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=arguments.host,
         port=arguments.port,
         log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
@@ -31,6 +33,7 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
         timeout_graceful_shutdown=arguments.graceful_shutdown,
         access_log=arguments.access_log,
     )
+    HourglassServer(config, stopping=lambda: app.state.stopping()).run()
 
 
 def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:

@@ -84,6 +84,13 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         manager = CronManager(app.state.cron)
         app.state.cron_manager = manager
         manager.start()
+
+        def stopping() -> None:
+            """The server was told to stop: answer waiting polls now, stop cron soon."""
+            service.notifier.close()
+            manager.request_stop()
+
+        app.state.stopping = stopping
         _tune_garbage_collector()
         try:
             yield

@@ -14,6 +14,8 @@ from typing import Any
 
 import uvicorn
 
+from app.server import HourglassServer
+
 STARTUP_TIMEOUT = 60
 STOP_TIMEOUT = 30
 
@@ -24,9 +26,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class _ThreadServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
+class _ThreadServer(HourglassServer):
+    def __init__(self, config: uvicorn.Config, stopping) -> None:
+        super().__init__(config, stopping)
         self.ready = threading.Event()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -35,19 +37,19 @@ class _ThreadServer(uvicorn.Server):
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[int]:
-    """Serve the ASGI `app` with uvicorn on a thread of this process; yields the port once
-    the app has started (its lifespan has run)."""
+def serving(app: Any) -> Iterator[tuple[int, HourglassServer]]:
+    """Serve the app as `hourglass serve` does, on a thread of this process; yields the port
+    and the server once the app has started (its lifespan has run)."""
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen(64)
-    server = _ThreadServer(uvicorn.Config(app, log_level="warning"))
+    server = _ThreadServer(uvicorn.Config(app, log_level="warning"), lambda: app.state.stopping())
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     try:
         if not server.ready.wait(STARTUP_TIMEOUT):
             raise RuntimeError("the app did not start")
-        yield listening.getsockname()[1]
+        yield listening.getsockname()[1], server
     finally:
         server.should_exit = True
         thread.join(STOP_TIMEOUT)

@@ -28,8 +28,12 @@ class CronManager:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="cron-manager")
 
+    def request_stop(self) -> None:
+        """Stop after the entry being installed now; `stop()` waits for that."""
+        self._stop.set()
+
     async def stop(self) -> None:
-        """Let a pass in progress finish, then stop."""
+        """Let the entry being installed finish, then stop."""
         self._stop.set()
         if self._task is not None:
             await self._task

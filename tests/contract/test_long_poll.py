@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +111,7 @@ def test_a_poll_whose_client_hung_up_leases_nothing(clean_database, clock):
     """A waiting poll whose client disconnected must not take the next message."""
     settings = clean_database.settings(poll_recheck_seconds=WAIT)
     app = create_app(settings, clock=clock)
-    with serving(app) as port:
+    with serving(app) as (port, _server):
         service = app.state.service
         waiting = WaitingPolls(service)
         finished = threading.Event()
@@ -134,3 +135,17 @@ def test_a_poll_whose_client_hung_up_leases_nothing(clean_database, clock):
             assert put(client, "q", "k", 1).status_code == 201  # wakes the abandoned poll
             assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
             assert keys_of(poll(client, "q")) == ["k"]
+
+
+def test_a_stopping_server_answers_waiting_polls_at_once(clean_database, clock):
+    """SIGTERM: a poll waiting 20 s answers empty at once, and the server then exits."""
+    app = create_app(clean_database.settings(poll_recheck_seconds=WAIT), clock=clock)
+    with serving(app) as (port, server), ThreadPoolExecutor(1) as pool:
+        waiting = WaitingPolls(app.state.service)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT + 10) as client:
+            answer = pool.submit(client.post, "/v1/queues/q/poll", json={"wait": WAIT})
+            waiting.wait_for(1)
+            server.handle_exit(signal.SIGTERM, None)  # what uvicorn's signal handler calls
+            response = answer.result(timeout=RETURNED_EARLY)
+    assert response.status_code == 200
+    assert response.json() == {"lock_id": None, "messages": []}
