@@ -39,7 +39,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     for path, path_item in schema.get("paths", {}).items():
         for operation in path_item.values():
             if path.startswith("/v1/"):
-                operation["security"] = [{"bearer": []}]
+                # Optional ({}): tokens are required only when HOURGLASS_API_TOKENS is set.
+                operation["security"] = [{}, {"bearer": []}]
                 responses = operation.setdefault("responses", {})
                 responses.setdefault("401", {"description": "No valid bearer token"})
                 responses.setdefault("403", {"description": "The token may not use this queue"})
