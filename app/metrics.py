@@ -118,14 +118,15 @@ class Metrics:
             self._polls.labels(queue=queue, result="empty").inc()
             return
         self._polls.labels(queue=queue, result="messages").inc()
-        redeliveries = sum(delivery.redelivery for delivery in lease.deliveries)
-        firsts = len(lease.deliveries) - redeliveries
+        lateness = self._lateness.labels(queue=queue)
+        firsts = 0
+        for delivery in lease.deliveries:  # one pass: polls of 100 are the hot path
+            if not delivery.redelivery:
+                firsts += 1
+                lateness.observe(max(0, now - delivery.message.scheduled_at_initially) / 1000)
+        redeliveries = len(lease.deliveries) - firsts
         if firsts:
             self._delivered.labels(queue=queue, delivery="first").inc(firsts)
-            lateness = self._lateness.labels(queue=queue)
-            for delivery in lease.deliveries:
-                if not delivery.redelivery:
-                    lateness.observe(max(0, now - delivery.message.scheduled_at_initially) / 1000)
         if redeliveries:
             self._delivered.labels(queue=queue, delivery="redelivery").inc(redeliveries)
 

@@ -8,6 +8,7 @@ never a driver's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -375,7 +376,7 @@ class SqlStore:
             removed = connection.execute(
                 sql.runs_delete_pending, _runs_of(entry.queue, entry.name, stored.config_hash)
             ).rowcount
-        changed = CronEntry(**{**_cron_fields(entry), "created_at": stored.created_at})
+        changed = dataclasses.replace(entry, created_at=stored.created_at)
         return CronInstall(InstallOutcome.CHANGED, changed, removed)
 
     def cron_uninstall(self, queue: str, name: str) -> int | None:
@@ -553,10 +554,6 @@ def _cron_row(entry: CronEntry) -> dict[str, Any]:
         "createdAt": entry.created_at,
         "updatedAt": entry.updated_at,
     }
-
-
-def _cron_fields(entry: CronEntry) -> dict[str, Any]:
-    return {field: getattr(entry, field) for field in CronEntry.__slots__}
 
 
 def _cron_entry(row: Any) -> CronEntry:

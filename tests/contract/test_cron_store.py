@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 
@@ -51,9 +52,7 @@ def _install_runs(store, entry: CronEntry, count: int = 3) -> list[str]:
 def test_installing_an_entry_creates_it_and_reinstalling_changes_nothing(store):
     entry = _entry("nightly")
     assert store.cron_install(entry).outcome is InstallOutcome.CREATED
-    later = CronEntry(
-        **{**{f: getattr(entry, f) for f in CronEntry.__slots__}, "updated_at": START_MS + 1}
-    )
+    later = dataclasses.replace(entry, updated_at=START_MS + 1)
     again = store.cron_install(later)
     assert again.outcome is InstallOutcome.UNCHANGED
     assert again.entry.updated_at == START_MS  # nothing was written
