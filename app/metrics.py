@@ -51,7 +51,8 @@ class Metrics:
         )
         self.errors = Counter(
             "hourglass_errors",
-            "Failures the service recovered from by itself, by kind",
+            "Failures by kind: database_unavailable (a request answered 503), cron_pass, "
+            "cron_entry, metrics_queue_gauges",
             ["kind"],
             registry=self.registry,
         )

@@ -66,11 +66,13 @@ def unavailable(detail: str) -> ProblemResponse:
     )
 
 
-async def _domain_error(_request: Request, error: Exception) -> ProblemResponse:
+async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
     status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
     if status == 503:
         # The detail is ours; the driver's words (hosts, users) go to the log only.
         logger.warning("%s (%s)", error, error.__cause__)
+        if metrics := getattr(request.app.state, "metrics", None):
+            metrics.error("database_unavailable")
         return unavailable(str(error))
     return problem(status, str(error), slug=slug)
 
