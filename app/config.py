@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # Long polls wake at once on offers made through this process; this bounds how
     # late they notice messages offered through another replica.
     poll_recheck_seconds: float = Field(1.0, gt=0, le=20)
+    # Every message that leaves a queue (acknowledged, dead-lettered, dropped) leaves
+    # a row in delivery_history, kept this many seconds (7 days), then pruned.
+    history: bool = True
+    history_retention: float = Field(7 * 24 * 3600.0, ge=1, description="seconds")
 
     @field_validator("database_url")
     @classmethod

@@ -18,11 +18,16 @@ from app.api.routes import cron, health, locks, messages, queues
 from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
 from app.config import Settings
-from app.cron.manager import CronManager
+from app.cron.manager import cron_manager
 from app.cron.service import CronService
 from app.metrics import Metrics
+from app.periodic import Periodic
 from app.queue.service import QueueService
 from app.storage.engine import create_store
+
+# How often each replica prunes the delivery history, and rows per DELETE.
+HISTORY_PRUNE_SECONDS = 60.0
+HISTORY_PRUNE_BATCH = 1000
 
 # Allocations between collections of the youngest generation (Python's default: 700).
 GC_FIRST_GENERATION_THRESHOLD = 10_000
@@ -81,14 +86,24 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             runs_installed=metrics.cron_runs_installed_by,
             failed=metrics.error,
         )
-        manager = CronManager(app.state.cron)
+        manager = cron_manager(app.state.cron)
         app.state.cron_manager = manager
+        retention_ms = round(settings.history_retention * 1000)
+        pruner = Periodic(
+            "history_prune",
+            lambda stopping: service.prune_history(retention_ms, HISTORY_PRUNE_BATCH, stopping),
+            HISTORY_PRUNE_SECONDS,
+            failed=metrics.error,
+        )
+        app.state.history_pruner = pruner
         manager.start()
+        pruner.start()
 
         def stopping() -> None:
-            """The server was told to stop: answer waiting polls now, stop cron soon."""
+            """The server was told to stop: answer waiting polls now, stop background work soon."""
             service.notifier.close()
             manager.request_stop()
+            pruner.request_stop()
 
         app.state.stopping = stopping
         _tune_garbage_collector()
@@ -97,6 +112,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         finally:
             try:
                 await manager.stop()
+                await pruner.stop()
             finally:
                 await service.close()
 

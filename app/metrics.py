@@ -75,6 +75,12 @@ class Metrics:
             ["queue"],
             registry=self.registry,
         )
+        self._dead_lettered = Counter(
+            "hourglass_messages_dead_lettered",
+            "Messages moved to their dead-letter queue after their last allowed delivery",
+            ["queue"],
+            registry=self.registry,
+        )
         self._polls = Counter(
             "hourglass_polls",
             "Polls answered, with messages or empty",
@@ -133,6 +139,9 @@ class Metrics:
 
     def acknowledged(self, queue: str, count: int) -> None:
         self._acknowledged.labels(queue=queue).inc(count)
+
+    def dead_lettered(self, queue: str, count: int) -> None:
+        self._dead_lettered.labels(queue=queue).inc(count)
 
     # -- scrape-time gauges -----------------------------------------------------------
 

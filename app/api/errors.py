@@ -28,6 +28,8 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.InvalidPayload: (422, "invalid-payload"),
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
+    errors.InvalidSettings: (422, "invalid-settings"),
+    errors.QueueForbidden: (403, "forbidden"),
     errors.StorageUnavailable: (503, "database-unavailable"),
 }
 

@@ -49,7 +49,7 @@ def poll_body(lease: Lease | None) -> bytes:
         return _EMPTY
     expires_at = _string(format_timestamp(lease.expires_at))
     # Every message of one poll shares its queue, state and lease end.
-    shared = f',"state":"{State.LEASED.value}","delivery":"'
+    state = f',"state":"{State.LEASED.value}"'
     tail = f'","lease_expires_at":{expires_at}}}'
     messages = []
     for delivery in lease.deliveries:
@@ -58,11 +58,14 @@ def poll_body(lease: Lease | None) -> bytes:
         head = (
             f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'
         ).encode()
+        origin = message.dead_lettered_from
         times = (
             f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
             f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
-            f',"created_at":"{format_timestamp(message.created_at)}"'
-            f"{shared}{kind.value}{tail}"
+            f',"created_at":"{format_timestamp(message.created_at)}"{state}'
+            f',"deliveries":{message.deliveries}'
+            f',"dead_lettered_from":{"null" if origin is None else _string(origin)}'
+            f',"delivery":"{kind.value}{tail}'
         ).encode()
         messages.append(head + message.payload + times)
     return (

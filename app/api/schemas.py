@@ -207,6 +207,12 @@ class MessageResponse(BaseModel):
     scheduled_at_initially: Timestamp = Field(description="When the producer asked for it")
     created_at: Timestamp
     state: State
+    deliveries: int = Field(
+        description="How often it was handed to a worker in this queue, this delivery included"
+    )
+    dead_lettered_from: str | None = Field(
+        description="For a dead letter, the queue it was moved from after its last delivery"
+    )
 
 
 class DeliveryKind(StrEnum):
@@ -256,6 +262,58 @@ class QueueListResponse(BaseModel):
 
 class PurgeResponse(BaseModel):
     deleted: int
+
+
+MAX_DELIVERIES_LIMIT = 1000
+
+
+class QueueSettingsRequest(_Request):
+    """Body of `PUT …/settings`: a field left out (or null) goes back to its default."""
+
+    default_lease: Number | None = Field(
+        None,
+        ge=1,
+        le=MAX_LEASE_SECONDS,
+        description="Seconds a poll leases messages for when it names no lease "
+        "(default: the service's HOURGLASS_DEFAULT_LEASE)",
+    )
+    max_deliveries: Integer | None = Field(
+        None,
+        ge=1,
+        le=MAX_DELIVERIES_LIMIT,
+        description="Deliveries a message gets; due again after the last, it moves to the "
+        "dead-letter queue (default: no limit)",
+    )
+    dead_letter_queue: str | None = Field(
+        None, pattern=QUEUE_PATTERN, description="Where dead letters go (default: `{queue}.dead`)"
+    )
+
+
+class QueueSettingsResponse(BaseModel):
+    """A queue's settings as they apply, defaults filled in."""
+
+    queue: str
+    default_lease: float = Field(description="Seconds")
+    max_deliveries: int | None = Field(description="null: no limit")
+    dead_letter_queue: str
+    updated_at: Timestamp | None = Field(description="null: the queue has never been configured")
+
+
+class RedriveRequest(_Request):
+    to: str | None = Field(
+        None,
+        pattern=QUEUE_PATTERN,
+        description="Move every message here (default: each back to the queue it came from)",
+    )
+    max: Integer | None = Field(None, ge=1, description="At most this many (default: all)")
+
+
+class RedriveResponse(BaseModel):
+    moved: int = Field(description="Messages moved, each due now with its deliveries at 0")
+    skipped: int = Field(
+        description="Messages left: their key is taken in the target queue, "
+        "or they came from no queue and no `to` was given"
+    )
 
 
 class CronInstallRequest(_Request):

@@ -119,7 +119,8 @@ class CronService:
 
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""
-        if await self.calls.run(partial(self.store.cron_uninstall, queue, name)) is None:
+        now = self.clock.now_ms()
+        if await self.calls.run(partial(self.store.cron_uninstall, queue, name, now)) is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
 
     async def install_upcoming_runs(self, stopping: Callable[[], bool] = lambda: False) -> int:

@@ -27,6 +27,14 @@ class PayloadTooLarge(HourglassError):
     """An encoded payload is larger than the configured limit."""
 
 
+class InvalidSettings(HourglassError):
+    """Queue settings or a redrive that cannot work (a queue its own dead-letter queue)."""
+
+
+class QueueForbidden(HourglassError):
+    """The request's token may not use a queue the request names in its body."""
+
+
 class PurgeNotConfirmed(HourglassError):
     """A purge did not repeat the queue's name in `confirm`."""
 

@@ -41,6 +41,10 @@ class Message:
     scheduled_at_initially: int
     created_at: int
     locked: bool
+    # How often it was handed to a worker in this queue (a poll that leases it counts).
+    deliveries: int = 0
+    # For a dead letter, the queue it was dead-lettered from.
+    dead_lettered_from: str | None = None
 
     def state(self, now: int) -> State:
         """`ready` once due (an expired lease is pollable again), else `leased` or `scheduled`."""
@@ -55,6 +59,14 @@ class Delivery:
 
     message: Message
     redelivery: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one look of a poll did: messages delivered, and keys moved to the dead-letter queue."""
+
+    deliveries: list[Delivery]
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +140,39 @@ class QueueStats:
     leased: int
     oldest_ready_at: int | None
     next_scheduled_at: int | None
+
+
+class Finish(StrEnum):
+    """How a message left its queue, as the delivery history records it."""
+
+    ACKNOWLEDGED = "acknowledged"
+    DEAD_LETTERED = "dead_lettered"
+    DROPPED = "dropped"  # deleted by key, purged, replaced, or a cron run withdrawn
+
+
+# The dead-letter queue of a queue that names none: `{queue}.dead`.
+DEAD_LETTER_SUFFIX = ".dead"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """A queue's own settings; None means the default (service lease, no limit, `{queue}.dead`)."""
+
+    queue: str
+    default_lease_ms: int | None = None
+    max_deliveries: int | None = None
+    dead_letter_queue: str | None = None
+    updated_at: int | None = None
+
+    @property
+    def effective_dead_letter_queue(self) -> str:
+        return self.dead_letter_queue or self.queue + DEAD_LETTER_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    """What a redrive did: messages moved back, and messages left because their key is taken
+    in the target queue or they name no queue to go back to."""
+
+    moved: int
+    skipped: int

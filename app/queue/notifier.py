@@ -51,6 +51,12 @@ class Notifier:
         if event is not None:
             event.set()
 
+    def notify_every(self) -> None:
+        """Wake every waiting poll (after a change that may touch any queue)."""
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
     def waiting(self, queue: str) -> int:
         """How many polls are subscribed to `queue` now."""
         return self._subscribers[queue]

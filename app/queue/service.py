@@ -17,18 +17,22 @@ from typing import Any, Protocol, TypeVar
 
 from app.clock import Clock
 from app.queue.errors import (
+    InvalidSettings,
     LockNotFound,
     MessageNotFound,
     PurgeNotConfirmed,
 )
 from app.queue.models import (
+    Claim,
     Lease,
     Message,
     Offer,
     OfferRequest,
     OfferResult,
     Outcome,
+    QueueSettings,
     QueueStats,
+    Redrive,
     State,
     When,
 )
@@ -43,6 +47,13 @@ T = TypeVar("T")
 # When a poll finds due messages that other polls hold (SKIP LOCKED), they are
 # usually released within milliseconds; look again after this long.
 _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
+# A queue's settings are read from the database at most this often per process: a
+# change made through another replica applies here within this many seconds.
+SETTINGS_CACHE_SECONDS = 5.0
+# Looks in a row that may find only messages to dead-letter before a poll answers.
+_DEAD_LETTER_LOOKS = 10
+# Queue names are at most this long (the column's size).
+QUEUE_NAME_MAX = 100
 
 
 class QueueEvents(Protocol):
@@ -54,6 +65,8 @@ class QueueEvents(Protocol):
 
     def acknowledged(self, queue: str, count: int) -> None: ...
 
+    def dead_lettered(self, queue: str, count: int) -> None: ...
+
 
 class _Unobserved:
     def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
@@ -63,6 +76,9 @@ class _Unobserved:
         pass
 
     def acknowledged(self, queue: str, count: int) -> None:
+        pass
+
+    def dead_lettered(self, queue: str, count: int) -> None:
         pass
 
 
@@ -88,6 +104,7 @@ class QueueService:
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
         self.calls = StorageCalls(store, connections)
+        self._settings: dict[str, tuple[float, QueueSettings]] = {}
 
     async def close(self) -> None:
         """End waiting polls, wait for storage calls in flight, close the store."""
@@ -154,7 +171,8 @@ class QueueService:
         return message.state(self.clock.now_ms())
 
     async def delete(self, queue: str, key: str) -> None:
-        if not await self._run(partial(self.store.messages_delete, queue, key)):
+        now = self.clock.now_ms()
+        if not await self._run(partial(self.store.messages_delete, queue, key, now)):
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
 
     # -- polling and leases ----------------------------------------------------------
@@ -174,21 +192,26 @@ class QueueService:
         waiting poll checks it before every later look, so it never leases
         messages that nobody will receive.
         """
-        lease_ms = self.default_lease_ms if lease_seconds is None else round(lease_seconds * 1000)
-        lease = await self._poll(queue, limit, lease_ms, wait_seconds, abandoned)
+        settings = await self.settings(queue)
+        if lease_seconds is not None:
+            lease_ms = round(lease_seconds * 1000)
+        else:
+            lease_ms = settings.default_lease_ms or self.default_lease_ms
+        lease = await self._poll(queue, settings, limit, lease_ms, wait_seconds, abandoned)
         self.events.polled(queue, lease, self.clock.now_ms())
         return lease
 
     async def _poll(
         self,
         queue: str,
+        settings: QueueSettings,
         limit: int,
         lease_ms: int,
         wait_seconds: float,
         abandoned: Callable[[], Awaitable[bool]] | None,
     ) -> Lease | None:
         if wait_seconds <= 0:
-            return await self._claim(queue, limit, lease_ms)
+            return await self._claim(queue, settings, limit, lease_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         with self.notifier.subscription(queue):
@@ -198,7 +221,7 @@ class QueueService:
                 if not first_look and abandoned is not None and await abandoned():
                     return None
                 first_look = False
-                lease = await self._claim(queue, limit, lease_ms)
+                lease = await self._claim(queue, settings, limit, lease_ms)
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease
@@ -209,21 +232,31 @@ class QueueService:
                     timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
                 await self.notifier.wait(ticket, timeout)
 
-    async def _claim(self, queue: str, limit: int, lease_ms: int) -> Lease | None:
-        now = self.clock.now_ms()
-        lock_id = str(uuid.uuid4())
-        expires_at = now + lease_ms
-        deliveries = await self._run(
-            partial(self.store.messages_poll, queue, limit, lock_id, expires_at, now)
-        )
-        if not deliveries:
-            return None
-        return Lease(lock_id=lock_id, expires_at=expires_at, deliveries=tuple(deliveries))
+    async def _claim(
+        self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
+    ) -> Lease | None:
+        for _ in range(_DEAD_LETTER_LOOKS):
+            now = self.clock.now_ms()
+            lock_id = str(uuid.uuid4())
+            expires_at = now + lease_ms
+            claim: Claim = await self._run(
+                partial(self.store.messages_poll, queue, limit, lock_id, expires_at, now, settings)
+            )
+            if claim.dead_lettered:
+                self.events.dead_lettered(queue, claim.dead_lettered)
+                self.notifier.notify(settings.effective_dead_letter_queue)
+            if claim.deliveries:
+                return Lease(lock_id, expires_at, tuple(claim.deliveries))
+            if not claim.dead_lettered:
+                return None
+            # Everything due it found went to the dead-letter queue: more may be due behind.
+        return None
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
+        now = self.clock.now_ms()
         count = await self._on_lock(
-            queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id)
+            queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id, now)
         )
         self.events.acknowledged(queue, count)
 
@@ -261,7 +294,79 @@ class QueueService:
         """Delete every message of the queue, if `confirm` repeats its name."""
         if confirm != queue:
             raise PurgeNotConfirmed(f"to purge, repeat the queue's name: ?confirm={queue}")
-        return await self._run(partial(self.store.queue_purge, queue))
+        return await self._run(partial(self.store.queue_purge, queue, self.clock.now_ms()))
+
+    # -- queue settings, dead letters, history -------------------------------------------
+
+    async def settings(self, queue: str) -> QueueSettings:
+        """The queue's settings (defaults when it has none), read at most every few seconds."""
+        loop_time = asyncio.get_running_loop().time()
+        cached = self._settings.get(queue)
+        if cached is not None and loop_time - cached[0] < SETTINGS_CACHE_SECONDS:
+            return cached[1]
+        settings = await self._run(partial(self.store.settings_get, queue)) or QueueSettings(queue)
+        self._settings[queue] = (loop_time, settings)
+        return settings
+
+    async def put_settings(
+        self,
+        queue: str,
+        *,
+        default_lease_seconds: float | None,
+        max_deliveries: int | None,
+        dead_letter_queue: str | None,
+    ) -> QueueSettings:
+        """Replace the queue's settings; fields left out go back to their defaults."""
+        if dead_letter_queue == queue:
+            raise InvalidSettings("a queue cannot be its own dead-letter queue")
+        settings = QueueSettings(
+            queue=queue,
+            default_lease_ms=None
+            if default_lease_seconds is None
+            else round(default_lease_seconds * 1000),
+            max_deliveries=max_deliveries,
+            dead_letter_queue=dead_letter_queue,
+            updated_at=self.clock.now_ms(),
+        )
+        if (
+            max_deliveries is not None
+            and len(settings.effective_dead_letter_queue) > QUEUE_NAME_MAX
+        ):
+            raise InvalidSettings(
+                f"the default dead-letter queue {settings.effective_dead_letter_queue!r} would be "
+                f"longer than {QUEUE_NAME_MAX} characters: name one in dead_letter_queue"
+            )
+        stored = await self._run(partial(self.store.settings_put, settings))
+        self._settings[queue] = (asyncio.get_running_loop().time(), stored)
+        return stored
+
+    async def redrive(self, queue: str, to: str | None, limit: int) -> Redrive:
+        """Move dead letters of `queue` back (to `to`, or where each came from), due now."""
+        if to == queue:
+            raise InvalidSettings("redrive moves messages to another queue, not into itself")
+        redrive = await self._run(
+            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms())
+        )
+        if redrive.moved:
+            if to is not None:
+                self.notifier.notify(to)
+            else:
+                self.notifier.notify_every()
+        return redrive
+
+    async def prune_history(
+        self, retention_ms: int, batch: int, stopping: Callable[[], bool] = lambda: False
+    ) -> int:
+        """Delete history rows older than the retention, in batches of about `batch`, each its
+        own transaction; how many. Stops early when `stopping` says so."""
+        before = self.clock.now_ms() - retention_ms
+        pruned = 0
+        while not stopping():
+            deleted = await self._run(partial(self.store.history_prune, before, batch))
+            pruned += deleted
+            if deleted < batch:
+                break
+        return pruned
 
     async def schema_status(self) -> SchemaStatus:
         """Whether the database answers at the schema this release needs."""

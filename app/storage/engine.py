@@ -93,4 +93,4 @@ def create_store(settings: Settings, *, on_event_loop: bool = False) -> SqlStore
     """The Store for `settings.database_url`, owning a new engine (see create_database_engine)."""
     dialect = for_engine_url(settings.database_url)
     engine = create_database_engine(settings, dialect, on_event_loop=on_event_loop)
-    return SqlStore(engine, dialect)
+    return SqlStore(engine, dialect, record_history=settings.history)

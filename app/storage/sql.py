@@ -7,19 +7,83 @@ Every dialect runs these; a dialect module replaces only the clause it must
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, case, delete, func, insert, null, select, update
+from sqlalchemy import (
+    BigInteger,
+    String,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.dml import Delete, Insert
 
-from app.storage.tables import cron_entries
+from app.storage.tables import cron_entries, delivery_history, queue_settings
 from app.storage.tables import delayed_queue as queue_table
 
 columns = queue_table.c
+history = delivery_history.c
 
 _in_queue = columns.pKind == bindparam("queue")
 _by_key = (columns.pKey == bindparam("key")) & _in_queue
 _by_lock = (columns.lockUuid == bindparam("lock_id")) & _in_queue
 _is_due = columns.scheduledAt <= bindparam("now")
+
+# The history's columns, and what a removed row gives them: the time the producer
+# asked for, the delivery counts, how it ended (bound as "outcome") and when ("now").
+HISTORY_COLUMNS = (
+    "queue",
+    "key",
+    "scheduledAt",
+    "createdAt",
+    "firstDeliveredAt",
+    "lastDeliveredAt",
+    "deliveries",
+    "outcome",
+    "finishedAt",
+)
+
+
+def history_values(rows) -> tuple:
+    """The history's values for each of `rows` (the message table, or rows it returned)."""
+    return (
+        rows.pKind,
+        rows.pKey,
+        rows.scheduledAtInitially,
+        rows.createdAt,
+        rows.firstDeliveredAt,
+        rows.lastDeliveredAt,
+        rows.deliveries,
+        bindparam("outcome", type_=String),
+        bindparam("now", type_=BigInteger),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Removal:
+    """Deleting the messages that match `where`, and the INSERT that records them in the
+    history first (both in one transaction; PostgreSQL does both in one statement)."""
+
+    where: Any
+    delete: Delete
+    record: Insert
+
+
+def removal(where: Any) -> Removal:
+    return Removal(
+        where,
+        delete(queue_table).where(where),
+        insert(delivery_history).from_select(
+            HISTORY_COLUMNS, select(*history_values(columns)).where(where)
+        ),
+    )
+
 
 # Offer, the update path: lock the row, then compare-and-swap on the values read.
 # An update rewrites payload and schedule and clears the lock, so the current
@@ -62,20 +126,81 @@ claim_candidates = (
         columns.scheduledAt,
         columns.scheduledAtInitially,
         columns.createdAt,
+        columns.deliveries,
+        columns.deadLetteredFrom,
     )
     .where(_in_queue, _is_due)
     .order_by(columns.scheduledAt)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
 )
+# What a poll sets on each row it takes. A row whose deliveries have reached the
+# queue's limit ("max_deliveries"; a huge number when there is none) is not
+# delivered: it is held under a second lock id ("dead_lock_id") and not counted,
+# and the store then moves it to the dead-letter queue. Should that move not
+# happen (the process dies), the row comes back when the lease ends, as any other.
+NO_DELIVERY_LIMIT = 2**31 - 1
+_deliverable = columns.deliveries < bindparam("max_deliveries")
+claim_values = {
+    "scheduledAt": bindparam("lease_until"),
+    "lockUuid": case((_deliverable, bindparam("lock_id")), else_=bindparam("dead_lock_id")),
+    "deliveries": case((_deliverable, columns.deliveries + 1), else_=columns.deliveries),
+    "firstDeliveredAt": case(
+        (_deliverable, func.coalesce(columns.firstDeliveredAt, bindparam("now"))),
+        else_=columns.firstDeliveredAt,
+    ),
+    "lastDeliveredAt": case((_deliverable, bindparam("now")), else_=columns.lastDeliveredAt),
+}
 claim_update = (
+    update(queue_table).where(columns.id.in_(bindparam("ids", expanding=True))).values(claim_values)
+)
+
+# Dead-lettering what a poll held under its second lock id: record it, then move it
+# (key and payload kept) into the dead-letter queue as a new message due now.
+_dead_held = (columns.lockUuid == bindparam("dead_lock_id")) & _in_queue
+dead_letter_keys = select(columns.pKey).where(_dead_held).with_for_update()
+dead_letter_record = removal(_dead_held).record
+dead_letter_move = (
     update(queue_table)
-    .where(columns.id.in_(bindparam("ids", expanding=True)))
-    .values(scheduledAt=bindparam("lease_until"), lockUuid=bindparam("lock_id"))
+    .where(_dead_held)
+    .values(
+        pKind=bindparam("dead_letter_queue"),
+        deadLetteredFrom=bindparam("queue"),
+        scheduledAt=bindparam("now"),
+        scheduledAtInitially=bindparam("now"),
+        lockUuid=null(),
+        deliveries=0,
+        firstDeliveredAt=null(),
+        lastDeliveredAt=null(),
+    )
+)
+
+# Redrive: a dead-letter queue's messages that no worker holds, oldest row first,
+# then each moved back (to the queue it came from, or another) as a new message due now.
+redrive_candidates = (
+    select(columns.id, columns.pKey, columns.deadLetteredFrom)
+    .where(_in_queue, columns.lockUuid.is_(None) | _is_due, columns.id > bindparam("after"))
+    .order_by(columns.id)
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)
+)
+redrive_move = (
+    update(queue_table)
+    .where(_by_key)
+    .values(
+        pKind=bindparam("target"),
+        deadLetteredFrom=null(),
+        scheduledAt=bindparam("now"),
+        scheduledAtInitially=bindparam("now"),
+        lockUuid=null(),
+        deliveries=0,
+        firstDeliveredAt=null(),
+        lastDeliveredAt=null(),
+    )
 )
 
 # Acknowledge, extend, release: whatever the lock still holds in this queue.
-lock_acknowledge = delete(queue_table).where(_by_lock)
+lock_acknowledge = removal(_by_lock)
 lock_extend = update(queue_table).where(_by_lock).values(scheduledAt=bindparam("until"))
 # A released message must come back as a redelivery, and redelivery is read as
 # scheduledAt != scheduledAtInitially. They can only match when released with no
@@ -100,22 +225,24 @@ message_get = select(
     columns.scheduledAtInitially,
     columns.createdAt,
     columns.lockUuid.is_not(None).label("locked"),
+    columns.deliveries,
+    columns.deadLetteredFrom,
 ).where(_by_key)
-message_delete = delete(queue_table).where(_by_key)
+message_delete = removal(_by_key)
 
 # When a queue next has something to deliver (a due message or an ending lease).
 queue_next_due = select(func.min(columns.scheduledAt)).where(_in_queue)
-queue_purge = delete(queue_table).where(_in_queue)
+queue_purge = removal(_in_queue)
 
 
 # An entry's runs not yet delivered: its key pattern (app/cron/schedule.py:
 # run_key_pattern), checked again as an exact prefix because SQLite's LIKE ignores
 # case, and never a leased run (in flight: its worker acknowledges it).
-runs_delete_pending = delete(queue_table).where(
-    _in_queue,
-    columns.pKey.like(bindparam("pattern"), escape="\\"),
-    func.substr(columns.pKey, 1, bindparam("prefix_length")) == bindparam("prefix"),
-    columns.lockUuid.is_(None),
+runs_delete_pending = removal(
+    _in_queue
+    & columns.pKey.like(bindparam("pattern"), escape="\\")
+    & (func.substr(columns.pKey, 1, bindparam("prefix_length")) == bindparam("prefix"))
+    & columns.lockUuid.is_(None)
 )
 
 cron = cron_entries.c
@@ -140,6 +267,35 @@ cron_delete = delete(cron_entries).where(_cron_entry)
 cron_list_queue = select(cron_entries).where(cron.queue == bindparam("queue")).order_by(cron.name)
 cron_list_all = select(cron_entries).order_by(cron.queue, cron.name)
 cron_queues = select(cron.queue).distinct()
+
+
+settings = queue_settings.c
+settings_select = select(queue_settings).where(settings.queue == bindparam("queue"))
+settings_insert = insert(queue_settings)
+# Not "queue": an UPDATE reserves its columns' names for their new values.
+settings_update = (
+    update(queue_settings)
+    .where(settings.queue == bindparam("settings_queue"))
+    .values(
+        defaultLeaseMs=bindparam("new_default_lease_ms"),
+        maxDeliveries=bindparam("new_max_deliveries"),
+        deadLetterQueue=bindparam("new_dead_letter_queue"),
+        updatedAt=bindparam("now"),
+    )
+)
+
+# Pruning the history in batches without a list of ids: the finishing time of the
+# batch's last row, then every row finished up to then (ties may add a few rows).
+history_batch_end = (
+    select(history.finishedAt)
+    .where(history.finishedAt < bindparam("before"))
+    .order_by(history.finishedAt)
+    .limit(1)
+    .offset(bindparam("last"))
+)
+history_prune = delete(delivery_history).where(
+    history.finishedAt < bindparam("before"), history.finishedAt <= bindparam("upto")
+)
 
 
 def _count(condition) -> object:
@@ -171,6 +327,8 @@ class ClaimedRow:
     previous_scheduled_at: int
     scheduled_at_initially: int
     created_at: int
+    previous_deliveries: int
+    dead_lettered_from: str | None
 
 
 def claim_select_then_update(connection: Connection, parameters: dict) -> list[ClaimedRow]:
@@ -186,6 +344,8 @@ def claim_select_then_update(connection: Connection, parameters: dict) -> list[C
             previous_scheduled_at=row.scheduledAt,
             scheduled_at_initially=row.scheduledAtInitially,
             created_at=row.createdAt,
+            previous_deliveries=row.deliveries,
+            dead_lettered_from=row.deadLetteredFrom,
         )
         for row in rows
     ]

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
@@ -24,13 +25,17 @@ from app.cron.models import CronEntry, CronInstall, InstallOutcome
 from app.cron.schedule import run_key_pattern
 from app.queue.errors import StorageUnavailable
 from app.queue.models import (
+    Claim,
     Delivery,
+    Finish,
     IfExists,
     Message,
     Offer,
     OfferOutcome,
     Outcome,
+    QueueSettings,
     QueueStats,
+    Redrive,
 )
 from app.storage import sql
 from app.storage.dialects import Dialect
@@ -42,6 +47,8 @@ T = TypeVar("T")
 # Keys per `SELECT … WHERE "pKey" IN (…)` and rows per multi-row INSERT in a batch.
 _EXISTING_KEYS_CHUNK = 500
 _INSERT_CHUNK = 200
+# Dead letters moved back per transaction by a redrive.
+_REDRIVE_CHUNK = 500
 # Transient conflicts (deadlocks, serialization failures) and lost races on one key.
 _TRANSACTION_ATTEMPTS = 5
 _OFFER_RACE_ATTEMPTS = 100
@@ -64,15 +71,23 @@ class Store(Protocol):
 
     def messages_get(self, queue: str, key: str) -> Message | None: ...
 
-    def messages_delete(self, queue: str, key: str) -> bool: ...
+    def messages_delete(self, queue: str, key: str, now: int) -> bool: ...
 
     def messages_poll(
-        self, queue: str, limit: int, lock_id: str, lease_until: int, now: int
-    ) -> list[Delivery]: ...
+        self,
+        queue: str,
+        limit: int,
+        lock_id: str,
+        lease_until: int,
+        now: int,
+        settings: QueueSettings | None = None,
+    ) -> Claim: ...
+
+    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive: ...
 
     def queue_next_due(self, queue: str) -> int | None: ...
 
-    def locks_acknowledge(self, queue: str, lock_id: str) -> int: ...
+    def locks_acknowledge(self, queue: str, lock_id: str, now: int) -> int: ...
 
     def locks_extend(self, queue: str, lock_id: str, until: int) -> int: ...
 
@@ -82,7 +97,13 @@ class Store(Protocol):
 
     def queues_stats(self, now: int) -> list[QueueStats]: ...
 
-    def queue_purge(self, queue: str) -> int: ...
+    def queue_purge(self, queue: str, now: int) -> int: ...
+
+    def settings_get(self, queue: str) -> QueueSettings | None: ...
+
+    def settings_put(self, settings: QueueSettings) -> QueueSettings: ...
+
+    def history_prune(self, before: int, batch: int) -> int: ...
 
     def schema_revision(self) -> str | None: ...
 
@@ -94,9 +115,20 @@ class Store(Protocol):
 class SqlStore:
     """The Store over SQLAlchemy Core; `dialect` supplies what differs per database."""
 
-    def __init__(self, engine: Engine, dialect: Dialect) -> None:
+    def __init__(self, engine: Engine, dialect: Dialect, *, record_history: bool = True) -> None:
         self.engine = engine
         self.dialect = dialect
+        # Whether messages leaving a queue leave a row in delivery_history.
+        self.record_history = record_history
+        self._recorded_deletes = {
+            removal: dialect.recorded_delete(removal)
+            for removal in (
+                sql.lock_acknowledge,
+                sql.message_delete,
+                sql.queue_purge,
+                sql.runs_delete_pending,
+            )
+        }
         # An engine with an asyncio driver does its I/O on the event loop: its
         # methods must then be called through sqlalchemy.util.greenlet_spawn.
         self.runs_on_event_loop: bool = engine.dialect.is_async
@@ -251,29 +283,44 @@ class SqlStore:
             scheduled_at_initially=row.scheduledAtInitially,
             created_at=row.createdAt,
             locked=bool(row.locked),
+            deliveries=row.deliveries,
+            dead_lettered_from=row.deadLetteredFrom,
         )
 
-    def messages_delete(self, queue: str, key: str) -> bool:
+    def messages_delete(self, queue: str, key: str, now: int) -> bool:
         """Delete the message under `key`, leased or not; False when there was none."""
-        return self._single(sql.message_delete, {"queue": queue, "key": key}) > 0
+        return self._remove(sql.message_delete, {"queue": queue, "key": key}, now) > 0
 
     # -- polling and locks ------------------------------------------------------
 
     def messages_poll(
-        self, queue: str, limit: int, lock_id: str, lease_until: int, now: int
-    ) -> list[Delivery]:
-        """Lease up to `limit` due messages to `lock_id`, oldest due first."""
+        self,
+        queue: str,
+        limit: int,
+        lock_id: str,
+        lease_until: int,
+        now: int,
+        settings: QueueSettings | None = None,
+    ) -> Claim:
+        """Lease up to `limit` due messages to `lock_id`, oldest due first.
+
+        With a delivery limit in `settings`, a due message already delivered that
+        often goes to the dead-letter queue instead (see sql.claim_values).
+        """
+        max_deliveries = settings.max_deliveries if settings else None
         parameters = {
             "queue": queue,
             "now": now,
             "limit": limit,
             "lock_id": lock_id,
+            "dead_lock_id": str(uuid.uuid4()),
             "lease_until": lease_until,
+            "max_deliveries": sql.NO_DELIVERY_LIMIT if max_deliveries is None else max_deliveries,
         }
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
-        return [
+        deliveries = [
             Delivery(
                 message=Message(
                     queue=queue,
@@ -283,11 +330,103 @@ class SqlStore:
                     scheduled_at_initially=row.scheduled_at_initially,
                     created_at=row.created_at,
                     locked=True,
+                    deliveries=row.previous_deliveries + 1,
+                    dead_lettered_from=row.dead_lettered_from,
                 ),
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
+            if row.previous_deliveries < parameters["max_deliveries"]
         ]
+        dead_lettered = 0
+        if len(deliveries) < len(claimed):
+            assert settings is not None
+            dead_lettered = self._dead_letter(queue, parameters["dead_lock_id"], settings, now)
+        return Claim(deliveries, dead_lettered)
+
+    def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
+        """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
+
+        A dead letter whose key the dead-letter queue already holds replaces the
+        older one (recorded as dropped).
+        """
+        parameters = {
+            "queue": queue,
+            "dead_lock_id": dead_lock_id,
+            "dead_letter_queue": settings.effective_dead_letter_queue,
+            "now": now,
+        }
+
+        def move(connection: Connection) -> int:
+            keys = connection.execute(sql.dead_letter_keys, parameters).scalars().all()
+            if not keys:
+                return 0
+            taken = connection.execute(
+                self.dialect.existing_keys,
+                {"queue": parameters["dead_letter_queue"], "keys": list(keys)},
+            ).scalars()
+            for key in taken:
+                self._remove_on(
+                    connection,
+                    sql.message_delete,
+                    {"queue": parameters["dead_letter_queue"], "key": key},
+                    now,
+                )
+            if self.record_history:
+                connection.execute(
+                    sql.dead_letter_record, {**parameters, "outcome": Finish.DEAD_LETTERED.value}
+                )
+            return connection.execute(sql.dead_letter_move, parameters).rowcount
+
+        for _ in range(_OFFER_RACE_ATTEMPTS):
+            try:
+                return self._transaction(move)
+            except exc.IntegrityError:
+                continue  # a key was offered into the dead-letter queue meanwhile: again
+        raise StorageUnavailable(f"too much contention dead-lettering in {queue!r}; try again")
+
+    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive:
+        """Move up to `limit` messages of a dead-letter queue back, as new messages due now:
+        to `to`, or each to the queue it came from. A message whose key the target holds,
+        or that came from no queue, stays."""
+        moved = skipped = 0
+        after = 0
+        while moved < limit:
+            chunk = min(_REDRIVE_CHUNK, limit - moved)
+
+            def redrive(connection: Connection, after: int = after, chunk: int = chunk):
+                rows = connection.execute(
+                    sql.redrive_candidates,
+                    {"queue": queue, "now": now, "after": after, "limit": chunk},
+                ).all()
+                by_target: dict[str | None, list[str]] = {}
+                for row in rows:
+                    by_target.setdefault(to or row.deadLetteredFrom, []).append(row.pKey)
+                moved = skipped = 0
+                for target, keys in by_target.items():
+                    taken = set()
+                    if target is not None:
+                        taken = set(
+                            connection.execute(
+                                self.dialect.existing_keys, {"queue": target, "keys": keys}
+                            ).scalars()
+                        )
+                    for key in keys:
+                        if target is None or key in taken:
+                            skipped += 1
+                            continue
+                        moved += connection.execute(
+                            sql.redrive_move,
+                            {"queue": queue, "key": key, "target": target, "now": now},
+                        ).rowcount
+                return len(rows), (rows[-1].id if rows else after), moved, skipped
+
+            examined, after, chunk_moved, chunk_skipped = self._transaction(redrive)
+            moved += chunk_moved
+            skipped += chunk_skipped
+            if examined < chunk:
+                break
+        return Redrive(moved, skipped)
 
     def queue_next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""
@@ -295,9 +434,14 @@ class SqlStore:
             lambda connection: connection.execute(sql.queue_next_due, {"queue": queue}).scalar()
         )
 
-    def locks_acknowledge(self, queue: str, lock_id: str) -> int:
+    def locks_acknowledge(self, queue: str, lock_id: str, now: int) -> int:
         """Delete what `lock_id` still holds; how many messages that was."""
-        return self._single(sql.lock_acknowledge, {"queue": queue, "lock_id": lock_id})
+        return self._remove(
+            sql.lock_acknowledge,
+            {"queue": queue, "lock_id": lock_id},
+            now,
+            Finish.ACKNOWLEDGED,
+        )
 
     def locks_extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
@@ -335,9 +479,72 @@ class SqlStore:
             stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
         return [stats[queue] for queue in sorted(stats)]
 
-    def queue_purge(self, queue: str) -> int:
+    def queue_purge(self, queue: str, now: int) -> int:
         """Delete every message of the queue; how many there were."""
-        return self._single(sql.queue_purge, {"queue": queue})
+        return self._remove(sql.queue_purge, {"queue": queue}, now)
+
+    # -- queue settings and history ------------------------------------------------
+
+    def settings_get(self, queue: str) -> QueueSettings | None:
+        """The queue's own settings, or None when it has the defaults."""
+        row = self._read(
+            lambda connection: connection.execute(sql.settings_select, {"queue": queue}).first()
+        )
+        if row is None:
+            return None
+        return QueueSettings(
+            queue=row.queue,
+            default_lease_ms=row.defaultLeaseMs,
+            max_deliveries=row.maxDeliveries,
+            dead_letter_queue=row.deadLetterQueue,
+            updated_at=row.updatedAt,
+        )
+
+    def settings_put(self, settings: QueueSettings) -> QueueSettings:
+        """Store the queue's settings, replacing any it had."""
+        values = {
+            "new_default_lease_ms": settings.default_lease_ms,
+            "new_max_deliveries": settings.max_deliveries,
+            "new_dead_letter_queue": settings.dead_letter_queue,
+            "now": settings.updated_at,
+        }
+
+        def put(connection: Connection) -> None:
+            updated = connection.execute(
+                sql.settings_update, {"settings_queue": settings.queue, **values}
+            ).rowcount
+            if not updated:
+                connection.execute(
+                    sql.settings_insert,
+                    {
+                        "queue": settings.queue,
+                        "defaultLeaseMs": settings.default_lease_ms,
+                        "maxDeliveries": settings.max_deliveries,
+                        "deadLetterQueue": settings.dead_letter_queue,
+                        "updatedAt": settings.updated_at,
+                    },
+                )
+
+        for _ in range(_OFFER_RACE_ATTEMPTS):
+            try:
+                self._transaction(put)
+                return settings
+            except exc.IntegrityError:
+                continue  # created by another request meanwhile: now update it
+        raise StorageUnavailable(f"too much contention on settings of {settings.queue!r}")
+
+    def history_prune(self, before: int, batch: int) -> int:
+        """Delete about `batch` history rows that finished before `before`; how many."""
+
+        def prune(connection: Connection) -> int:
+            upto = connection.execute(
+                sql.history_batch_end, {"before": before, "last": batch - 1}
+            ).scalar()
+            return connection.execute(
+                sql.history_prune, {"before": before, "upto": before if upto is None else upto}
+            ).rowcount
+
+        return self._transaction(prune)
 
     # -- cron entries -----------------------------------------------------------------
 
@@ -373,20 +580,23 @@ class SqlStore:
         )
         removed = 0
         if stored.config_hash != entry.config_hash:
-            removed = connection.execute(
-                sql.runs_delete_pending, _runs_of(entry.queue, entry.name, stored.config_hash)
-            ).rowcount
+            removed = self._remove_on(
+                connection,
+                sql.runs_delete_pending,
+                _runs_of(entry.queue, entry.name, stored.config_hash),
+                entry.updated_at,
+            )
         changed = dataclasses.replace(entry, created_at=stored.created_at)
         return CronInstall(InstallOutcome.CHANGED, changed, removed)
 
-    def cron_uninstall(self, queue: str, name: str) -> int | None:
+    def cron_uninstall(self, queue: str, name: str, now: int) -> int | None:
         """Delete the entry and its pending runs; how many runs, or None when there was no entry."""
 
         def uninstall(connection: Connection) -> int | None:
             entry_key = {"entry_queue": queue, "entry_name": name}
             if not connection.execute(sql.cron_delete, entry_key).rowcount:
                 return None
-            return connection.execute(sql.runs_delete_pending, _runs_of(queue, name)).rowcount
+            return self._remove_on(connection, sql.runs_delete_pending, _runs_of(queue, name), now)
 
         return self._transaction(uninstall)
 
@@ -440,6 +650,33 @@ class SqlStore:
         )
 
     # -- running statements -------------------------------------------------------
+
+    def _remove(
+        self, removal: sql.Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
+    ) -> int:
+        """Delete what `removal` matches, recording it in the history; how many rows."""
+        if not self.record_history or self._recorded_deletes.get(removal) is not None:
+            run = self._autocommit  # one statement
+        else:
+            run = self._transaction
+        return run(lambda connection: self._remove_on(connection, removal, parameters, now, finish))
+
+    def _remove_on(
+        self,
+        connection: Connection,
+        removal: sql.Removal,
+        parameters: dict,
+        now: int,
+        finish: Finish = Finish.DROPPED,
+    ) -> int:
+        if not self.record_history:
+            return connection.execute(removal.delete, parameters).rowcount
+        parameters = {**parameters, "outcome": finish.value, "now": now}
+        recorded_delete = self._recorded_deletes.get(removal)
+        if recorded_delete is not None:
+            return connection.execute(recorded_delete, parameters).rowcount
+        connection.execute(removal.record, parameters)
+        return connection.execute(removal.delete, parameters).rowcount
 
     def _single(self, statement: Any, parameters: dict) -> int:
         """Run one write statement on its own; the number of rows it touched."""

@@ -13,6 +13,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects import mysql
 
@@ -37,6 +38,12 @@ delayed_queue = Table(
     Column("scheduledAtInitially", BigInteger, nullable=False),
     Column("createdAt", BigInteger, nullable=False),
     Column("lockUuid", String(36), nullable=True),
+    # Added by revision 0004 (issue 6): deliveries in the current queue, when the
+    # first and the last happened, and for a dead letter the queue it came from.
+    Column("deliveries", Integer, nullable=False, server_default=text("0")),
+    Column("firstDeliveredAt", BigInteger, nullable=True),
+    Column("lastDeliveredAt", BigInteger, nullable=True),
+    Column("deadLetteredFrom", String(100), nullable=True),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
@@ -60,6 +67,43 @@ cron_entries = Table(
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# Per-queue settings (issue 6); a queue without a row has the defaults.
+queue_settings = Table(
+    "queue_settings",
+    metadata,
+    Column("queue", String(100), nullable=False),
+    Column("defaultLeaseMs", BigInteger, nullable=True),
+    Column("maxDeliveries", Integer, nullable=True),
+    Column("deadLetterQueue", String(100), nullable=True),
+    Column("updatedAt", BigInteger, nullable=False),
+    PrimaryKeyConstraint("queue", name="queue_settings__pk"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# One row per message that left a queue (issue 6): acknowledged, dead-lettered or
+# dropped, written in the transaction that removed it. `scheduledAt` is the time
+# the producer asked for; `outcome` is a FinishOutcome (app/queue/models.py).
+delivery_history = Table(
+    "delivery_history",
+    metadata,
+    Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    Column("queue", String(100), nullable=False),
+    Column("key", String(200), nullable=False),
+    Column("scheduledAt", BigInteger, nullable=False),
+    Column("createdAt", BigInteger, nullable=False),
+    Column("firstDeliveredAt", BigInteger, nullable=True),
+    Column("lastDeliveredAt", BigInteger, nullable=True),
+    Column("deliveries", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("finishedAt", BigInteger, nullable=False),
+    Index("delivery_history__finished_at_idx", "finishedAt"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",

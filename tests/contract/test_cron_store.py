@@ -67,7 +67,9 @@ def test_a_changed_entry_replaces_its_pending_runs_and_keeps_the_leased_one(stor
     store.cron_install(old)
     old_keys = _install_runs(store, old)
     # The first run is in flight: a worker holds it.
-    leased = store.messages_poll(QUEUE, 1, str(uuid.uuid4()), START_MS + 10 * HOUR, START_MS + HOUR)
+    leased = store.messages_poll(
+        QUEUE, 1, str(uuid.uuid4()), START_MS + 10 * HOUR, START_MS + HOUR
+    ).deliveries
     assert [d.message.key for d in leased] == old_keys[:1]
 
     new = _entry("nightly", payload=b'{"r":2}')
@@ -91,7 +93,7 @@ def test_uninstall_deletes_only_its_own_runs(store, entry, other):
     my_keys = _install_runs(store, mine)
     their_keys = _install_runs(store, theirs)
 
-    assert store.cron_uninstall(QUEUE, entry) == len(my_keys)
+    assert store.cron_uninstall(QUEUE, entry, START_MS) == len(my_keys)
     assert store.cron_get(QUEUE, entry) is None
     assert store.cron_get(QUEUE, other) is not None
     assert all(store.messages_get(QUEUE, key) is None for key in my_keys)
@@ -110,7 +112,7 @@ def test_a_change_deletes_only_its_own_old_runs(store, entry, other):
 
 
 def test_uninstalling_an_unknown_entry_says_so(store):
-    assert store.cron_uninstall(QUEUE, "nothing") is None
+    assert store.cron_uninstall(QUEUE, "nothing", START_MS) is None
 
 
 def test_runs_of_a_configuration_that_is_gone_are_not_installed(store):
@@ -125,7 +127,7 @@ def test_runs_of_a_configuration_that_is_gone_are_not_installed(store):
     )
     assert store.cron_install_runs(old, [run], START_MS) is None
     assert store.messages_get(QUEUE, run.key) is None
-    store.cron_uninstall(QUEUE, "nightly")
+    store.cron_uninstall(QUEUE, "nightly", START_MS)
     assert store.cron_install_runs(old, [run], START_MS) is None
 
 

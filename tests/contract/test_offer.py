@@ -72,6 +72,8 @@ def test_message_read_shows_every_field(client):
         "scheduled_at_initially": at(START_MS + 10_000),
         "created_at": at(START_MS),
         "state": "scheduled",
+        "deliveries": 0,
+        "dead_lettered_from": None,
     }
     assert "lock" not in response.text
 

@@ -35,6 +35,8 @@ def test_a_future_message_is_invisible_until_exactly_due(client, clock):
         "scheduled_at_initially": at(START_MS + 10_000),
         "created_at": at(START_MS),
         "state": "leased",
+        "deliveries": 1,
+        "dead_lettered_from": None,
         "delivery": "first",
         "lease_expires_at": at(START_MS + 40_000),
     }

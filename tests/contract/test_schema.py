@@ -24,7 +24,7 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         }
     finally:
         engine.dispose()
-    assert columns == {
+    seed = {
         "id",
         "pKey",
         "pKind",
@@ -34,6 +34,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "createdAt",
         "lockUuid",
     }
+    added_by_revisions = {"deliveries", "firstDeliveredAt", "lastDeliveredAt", "deadLetteredFrom"}
+    assert columns == seed | added_by_revisions
     assert indexes >= {
         (("pKey", "pKind"), True),
         (("pKind", "scheduledAt"), False),

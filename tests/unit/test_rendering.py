@@ -35,6 +35,8 @@ def _lease(redelivery: bool) -> Lease:
                 scheduled_at_initially=1_795_683_000_123,
                 created_at=-62_135_596_800_000,  # 0001-01-01T00:00:00.000Z
                 locked=True,
+                deliveries=index + 1,
+                dead_lettered_from='q."from"' if index % 2 else None,
             ),
             redelivery=redelivery and index % 2 == 0,
         )

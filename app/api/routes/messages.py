@@ -43,6 +43,8 @@ def message_fields(message: Message, state: State) -> dict:
         "scheduled_at_initially": message.scheduled_at_initially,
         "created_at": message.created_at,
         "state": state,
+        "deliveries": message.deliveries,
+        "dead_lettered_from": message.dead_lettered_from,
     }
 
 

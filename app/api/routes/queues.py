@@ -1,4 +1,4 @@
-"""Queues: stats of one or all, and purge."""
+"""Queues: stats of one or all, purge, settings, and redriving dead letters."""
 
 from __future__ import annotations
 
@@ -10,8 +10,18 @@ from fastapi import APIRouter, Query, Request
 from app.api.auth import queue_glob
 from app.api.deps import Service
 from app.api.openapi import problem_responses
-from app.api.schemas import PurgeResponse, QueueListResponse, QueueName, QueueStatsResponse
-from app.queue.models import QueueStats
+from app.api.schemas import (
+    PurgeResponse,
+    QueueListResponse,
+    QueueName,
+    QueueSettingsRequest,
+    QueueSettingsResponse,
+    QueueStatsResponse,
+    RedriveRequest,
+    RedriveResponse,
+)
+from app.queue.errors import QueueForbidden
+from app.queue.models import QueueSettings, QueueStats
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
@@ -54,3 +64,64 @@ async def purge_queue(
     confirm: Annotated[str | None, Query(description="The queue's name, again")] = None,
 ) -> PurgeResponse:
     return PurgeResponse(deleted=await service.purge(queue, confirm))
+
+
+def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueSettingsResponse:
+    return QueueSettingsResponse(
+        queue=settings.queue,
+        default_lease=(settings.default_lease_ms or default_lease_ms) / 1000,
+        max_deliveries=settings.max_deliveries,
+        dead_letter_queue=settings.effective_dead_letter_queue,
+        updated_at=settings.updated_at,
+    )
+
+
+def _check_allowed(request: Request, queue: str | None) -> None:
+    """A token limited to some queues may not send messages to a queue outside them."""
+    glob = queue_glob(request.scope)
+    if queue is not None and glob is not None and not fnmatchcase(queue, glob):
+        raise QueueForbidden(f"this token may not use queue {queue!r}")
+
+
+@router.get(
+    "/{queue}/settings",
+    summary="A queue's settings, defaults filled in",
+    responses=problem_responses(422, 503),
+)
+async def get_settings(queue: QueueName, service: Service) -> QueueSettingsResponse:
+    return _settings_response(await service.settings(queue), service.default_lease_ms)
+
+
+@router.put(
+    "/{queue}/settings",
+    summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue",
+    description="A field left out goes back to its default. Other replicas apply a change "
+    "within 5 seconds.",
+    responses=problem_responses(403, 422, 503),
+)
+async def put_settings(
+    queue: QueueName, body: QueueSettingsRequest, service: Service, request: Request
+) -> QueueSettingsResponse:
+    _check_allowed(request, body.dead_letter_queue)
+    settings = await service.put_settings(
+        queue,
+        default_lease_seconds=body.default_lease,
+        max_deliveries=body.max_deliveries,
+        dead_letter_queue=body.dead_letter_queue,
+    )
+    return _settings_response(settings, service.default_lease_ms)
+
+
+@router.post(
+    "/{queue}/redrive",
+    summary="Move a dead-letter queue's messages back, due now",
+    description="To `to`, or each to the queue it was dead-lettered from, oldest first; "
+    "messages a worker holds stay, and so do those whose key the target queue holds.",
+    responses=problem_responses(403, 422, 503),
+)
+async def redrive(
+    queue: QueueName, body: RedriveRequest, service: Service, request: Request
+) -> RedriveResponse:
+    _check_allowed(request, body.to)
+    result = await service.redrive(queue, body.to, body.max or 2**63 - 1)
+    return RedriveResponse(moved=result.moved, skipped=result.skipped)

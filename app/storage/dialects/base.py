@@ -63,6 +63,11 @@ class Dialect:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`."""
         return sql.claim_select_then_update(connection, parameters)
 
+    def recorded_delete(self, removal: sql.Removal) -> Insert | None:
+        """One statement that records `removal`'s rows in the history and deletes them, or
+        None: then the store runs its INSERT and its DELETE in one transaction."""
+        return None
+
     def is_retryable(self, error: DBAPIError) -> bool:
         """A transient conflict (deadlock, serialization failure): run the transaction again."""
         return False

@@ -15,11 +15,13 @@ from sqlalchemy import (
     Table,
     any_,
     bindparam,
+    delete,
     event,
     func,
     select,
     update,
 )
+from sqlalchemy import insert as insert_into
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -28,25 +30,41 @@ from sqlalchemy.sql.dml import Insert
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 from app.storage.tables import delayed_queue as queue_table
+from app.storage.tables import delivery_history
+
+# The message columns a removal records in the history (sql.history_values).
+_HISTORY_SOURCE = (
+    "pKind",
+    "pKey",
+    "scheduledAtInitially",
+    "createdAt",
+    "firstDeliveredAt",
+    "lastDeliveredAt",
+    "deliveries",
+)
 
 # One round trip: lock the due rows (skipping those other polls hold), lease them,
 # and return each row with its scheduledAt from *before* the lease, which tells a
 # redelivery from a first delivery per message.
 _picked = (
     sql.claim_candidates.with_only_columns(
-        sql.columns.id, sql.columns.scheduledAt.label("previous_scheduled_at")
+        sql.columns.id,
+        sql.columns.scheduledAt.label("previous_scheduled_at"),
+        sql.columns.deliveries.label("previous_deliveries"),
     )
 ).subquery("picked")
 _claim = (
     update(queue_table)
     .where(sql.columns.id == _picked.c.id)
-    .values(scheduledAt=bindparam("lease_until"), lockUuid=bindparam("lock_id"))
+    .values(sql.claim_values)
     .returning(
         sql.columns.pKey,
         sql.columns.payload,
         _picked.c.previous_scheduled_at,
         sql.columns.scheduledAtInitially,
         sql.columns.createdAt,
+        _picked.c.previous_deliveries,
+        sql.columns.deadLetteredFrom,
     )
 )
 
@@ -153,9 +171,27 @@ class PostgreSQLDialect(Dialect):
                 previous_scheduled_at=row.previous_scheduled_at,
                 scheduled_at_initially=row.scheduledAtInitially,
                 created_at=row.createdAt,
+                previous_deliveries=row.previous_deliveries,
+                dead_lettered_from=row.deadLetteredFrom,
             )
             for row in connection.execute(_claim, parameters)
         ]
+
+    def recorded_delete(self, removal: sql.Removal) -> Insert:
+        # One statement, so nothing can change the rows between recording and deleting:
+        # WITH gone AS (DELETE … RETURNING …) INSERT INTO delivery_history SELECT … FROM gone.
+        gone = (
+            delete(queue_table)
+            .where(removal.where)
+            .returning(*(sql.columns[name] for name in _HISTORY_SOURCE))
+            .cte("gone")
+        )
+        return (
+            insert_into(delivery_history)
+            .from_select(sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c)))
+            # SQLAlchemy keeps an INSERT's row count only when asked to.
+            .execution_options(preserve_rowcount=True)
+        )
 
     def is_retryable(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES
