@@ -33,15 +33,37 @@ OFFER_ROWS = (
     "SELECT k, %s, p, s, s, %s FROM unnest(%s::varchar[], %s::bytea[], %s::bigint[]) AS t(k, p, s) "
     'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
 )
+# The poll as the service sends it (app/storage/dialects/postgresql.py): with a
+# delivery limit, a row past it goes to a second lock id instead (none here).
+_DELIVERABLE = "delayed_queue.deliveries < %(max_deliveries)s"
 CLAIM = (
-    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, "lockUuid" = %(lock_id)s '
-    'FROM (SELECT id, "scheduledAt" AS previous FROM delayed_queue '
-    'WHERE "pKind" = %(queue)s AND "scheduledAt" <= %(now)s ORDER BY "scheduledAt" '
-    "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked "
+    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, '
+    f'"lockUuid" = CASE WHEN {_DELIVERABLE} THEN %(lock_id)s ELSE %(dead_lock_id)s END, '
+    f"deliveries = CASE WHEN {_DELIVERABLE} THEN delayed_queue.deliveries + 1 "
+    "ELSE delayed_queue.deliveries END, "
+    f'"firstDeliveredAt" = CASE WHEN {_DELIVERABLE} '
+    'THEN coalesce(delayed_queue."firstDeliveredAt", %(now)s) '
+    'ELSE delayed_queue."firstDeliveredAt" END, '
+    f'"lastDeliveredAt" = CASE WHEN {_DELIVERABLE} THEN %(now)s '
+    'ELSE delayed_queue."lastDeliveredAt" END '
+    'FROM (SELECT id, "scheduledAt" AS previous, deliveries AS previous_deliveries '
+    'FROM delayed_queue WHERE "pKind" = %(queue)s AND "scheduledAt" <= %(now)s '
+    'ORDER BY "scheduledAt" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked '
     "WHERE delayed_queue.id = picked.id "
-    'RETURNING "pKey", payload, picked.previous, "scheduledAtInitially", "createdAt"'
+    'RETURNING "pKey", payload, picked.previous, "scheduledAtInitially", "createdAt", '
+    'picked.previous_deliveries, "deadLetteredFrom"'
 )
-ACKNOWLEDGE = 'DELETE FROM delayed_queue WHERE "lockUuid" = %s AND "pKind" = %s'
+NO_DELIVERY_LIMIT = 2**31 - 1
+ACKNOWLEDGE = 'DELETE FROM delayed_queue WHERE "lockUuid" = %(lock_id)s AND "pKind" = %(queue)s'
+# The acknowledgement with the delivery history recorded, in one statement.
+ACKNOWLEDGE_RECORDED = (
+    f"WITH gone AS ({ACKNOWLEDGE} RETURNING "
+    '"pKind", "pKey", "scheduledAtInitially", "createdAt", "firstDeliveredAt", '
+    '"lastDeliveredAt", deliveries) '
+    'INSERT INTO delivery_history (queue, key, "scheduledAt", "createdAt", "firstDeliveredAt", '
+    '"lastDeliveredAt", deliveries, outcome, "finishedAt") '
+    "SELECT gone.*, 'acknowledged', %(now)s FROM gone"
+)
 PREFILL = (
     f"INSERT INTO delayed_queue ({_COLUMNS}) "
     "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
@@ -75,7 +97,7 @@ class _HourglassTable:
 
     async def clear(self) -> None:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as connection:
-            await connection.execute("TRUNCATE delayed_queue")
+            await connection.execute("TRUNCATE delayed_queue, delivery_history")
             await connection.execute("VACUUM ANALYZE delayed_queue")
 
     async def prefill(
@@ -98,12 +120,14 @@ class _HourglassTable:
 class ServiceTarget(_HourglassTable):
     """The running service, over HTTP on loopback."""
 
-    name = "hourglass"
-
-    def __init__(self, dsn: str, host: str, port: int) -> None:
+    def __init__(
+        self, dsn: str, host: str, port: int, pid: int | None = None, name: str = "hourglass"
+    ) -> None:
         super().__init__(dsn)
         self.host = host
         self.port = port
+        self.pid = pid  # the server's process, for its CPU time
+        self.name = name
 
     async def worker(self) -> ServiceWorker:
         return ServiceWorker(Connection(self.host, self.port))
@@ -142,7 +166,10 @@ class ServiceWorker:
 class CeilingTarget(_HourglassTable):
     """The service's statements through psycopg, one autocommit connection per worker."""
 
-    name = "ceiling"
+    def __init__(self, dsn: str, *, history: bool = True, name: str = "ceiling") -> None:
+        super().__init__(dsn)
+        self.history = history  # as the service with HOURGLASS_HISTORY on or off
+        self.name = name
 
     async def worker(self) -> CeilingWorker:
         # As the service does (app/storage/dialects/postgresql.py): custom plans,
@@ -151,12 +178,13 @@ class CeilingTarget(_HourglassTable):
             self.dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
         )
         connection.adapters.register_dumper(list, ListBinaryDumper)
-        return CeilingWorker(connection)
+        return CeilingWorker(connection, self.history)
 
 
 class CeilingWorker:
-    def __init__(self, connection: psycopg.AsyncConnection) -> None:
+    def __init__(self, connection: psycopg.AsyncConnection, history: bool = True) -> None:
         self.connection = connection
+        self.acknowledge = ACKNOWLEDGE_RECORDED if history else ACKNOWLEDGE
 
     async def offer(self, key: str, payload: bytes) -> None:
         now = now_ms()
@@ -188,6 +216,8 @@ class CeilingWorker:
             "now": now,
             "limit": limit,
             "lock_id": lock_id,
+            "dead_lock_id": str(uuid.uuid4()),
+            "max_deliveries": NO_DELIVERY_LIMIT,
             "lease_until": now + LEASE_SECONDS * 1000,
         }
         cursor = await self.connection.execute(CLAIM, parameters)
@@ -196,7 +226,9 @@ class CeilingWorker:
         return taken
 
     async def finish(self, taken: Taken) -> None:
-        await self.connection.execute(ACKNOWLEDGE, (taken.lock_id, QUEUE))
+        await self.connection.execute(
+            self.acknowledge, {"lock_id": taken.lock_id, "queue": QUEUE, "now": now_ms()}
+        )
 
     async def close(self) -> None:
         await self.connection.close()

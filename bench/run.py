@@ -9,13 +9,17 @@ pgmq, pgqueuer and procrastinate, all in one run on one PostgreSQL database.
 The database named by --database-url is dropped and created afresh. The service
 runs as `hourglass serve` in its own process; the load comes from this process
 through a minimal keep-alive HTTP client, and every figure comes with the CPU
-split between the server, this process and PostgreSQL.
+split between the server, this process and PostgreSQL. The `history` workload
+starts a second server with HOURGLASS_HISTORY off, to show what recording the
+delivery history costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -39,7 +43,7 @@ from hourglass import QUEUE, CeilingTarget, ServiceTarget, now_ms
 from http_client import Connection
 from targets import Target
 
-from tests.server import running_server
+from tests.server import Server, running_server
 
 # About 100 bytes of JSON, the same for every system.
 PAYLOAD = b'{"user":123456,"text":"' + b"x" * 70 + b'"}'
@@ -305,36 +309,72 @@ class Bench:
 
         await self.compare(f"batch offer, 1000 per request, {clients} clients", "msg/s", measure)
 
+    async def _drain(
+        self, target: Target, limit: int, workers_count: int
+    ) -> dict[str, Measurement] | None:
+        """Messages a second that `workers_count` workers poll (`limit` at a time) and ack."""
+        if limit > target.max_take:
+            return None
+        await target.clear()
+        await target.prefill(self.plan.drain_messages, PAYLOAD)
+        workers = [await target.worker() for _ in range(workers_count)]
+        delivered = 0
+        deadline = time.perf_counter() + self.plan.drain_seconds
+
+        async def work(worker) -> None:
+            nonlocal delivered
+            while time.perf_counter() < deadline:
+                taken = await worker.take(limit)
+                if not taken:
+                    return
+                await worker.finish(taken)
+                delivered += len(taken)
+
+        # A second server (history off) has its own process to watch.
+        cpu = CpuSplit(getattr(target, "pid", None) or self.cpu.server_pid)
+        cpu.start()
+        started = time.perf_counter()
+        await asyncio.gather(*(work(worker) for worker in workers))
+        elapsed = time.perf_counter() - started
+        used = cpu.stop()
+        await _close(workers)
+        return {"": Measurement(delivered / elapsed, used)}
+
     async def drain(self, limit: int, workers_count: int) -> None:
-        async def measure(target: Target) -> dict[str, Measurement] | None:
-            if limit > target.max_take:
-                return None
-            await target.clear()
-            await target.prefill(self.plan.drain_messages, PAYLOAD)
-            workers = [await target.worker() for _ in range(workers_count)]
-            delivered = 0
-            deadline = time.perf_counter() + self.plan.drain_seconds
-
-            async def work(worker) -> None:
-                nonlocal delivered
-                while time.perf_counter() < deadline:
-                    taken = await worker.take(limit)
-                    if not taken:
-                        return
-                    await worker.finish(taken)
-                    delivered += len(taken)
-
-            self.cpu.start()
-            started = time.perf_counter()
-            await asyncio.gather(*(work(worker) for worker in workers))
-            elapsed = time.perf_counter() - started
-            cpu = self.cpu.stop()
-            await _close(workers)
-            return {"": Measurement(delivered / elapsed, cpu)}
-
         await self.compare(
-            f"drain, poll max={limit} + ack, {workers_count} workers", "msg/s", measure
+            f"drain, poll max={limit} + ack, {workers_count} workers",
+            "msg/s",
+            lambda target: self._drain(target, limit, workers_count),
         )
+
+    async def history(self, without: Target, workers_count: int) -> None:
+        """What recording the delivery history costs a drain: the same drain through a
+        second server with HOURGLASS_HISTORY off, and the ceiling with and without it."""
+        ceiling_without = CeilingTarget(self.dsn, history=False, name="ceiling, history off")
+        for limit in (1, 100):
+            name = f"drain, poll max={limit} + ack, {workers_count} workers, history "
+            (row,) = await self.compare(
+                name + "on",
+                "msg/s",
+                lambda target, limit=limit: self._drain(target, limit, workers_count),
+                targets=[self.service, self.ceiling, without, ceiling_without],
+            )
+            self.rows.remove(row)
+            self._add(dataclasses.replace(row, peers={}))
+            self._add(
+                Row(
+                    name=name + "off",
+                    unit=row.unit,
+                    service=row.peers[without.name],
+                    ceiling=row.peers[ceiling_without.name],
+                    peers={},
+                    cpu={self.service.name: row.cpu.get(without.name, {})},
+                    rounds={
+                        self.service.name: row.rounds.get(without.name, []),
+                        self.ceiling.name: row.rounds.get(ceiling_without.name, []),
+                    },
+                )
+            )
 
     async def delayed(self) -> None:
         """Lateness of long-polling workers, then what they cost the database while idle."""
@@ -677,7 +717,12 @@ def _fresh_database(dsn: str) -> None:
 
 
 async def run(
-    plan: Plan, dsn: str, port: int, server_pid: int, peer_names: list[str], workloads: set[str]
+    plan: Plan,
+    dsn: str,
+    server: Server,
+    peer_names: list[str],
+    workloads: set[str],
+    without_history: Server | None = None,
 ) -> list[Row]:
     if peer_names:
         from peers import PEERS  # the [bench] extra: only needed when peers are measured
@@ -687,8 +732,8 @@ async def run(
         peers = []
     for peer in peers:
         await peer.setup()
-    service = ServiceTarget(dsn, "127.0.0.1", port)
-    bench = Bench(plan, dsn, server_pid, service, peers)
+    service = ServiceTarget(dsn, "127.0.0.1", server.port, server.pid)
+    bench = Bench(plan, dsn, server.pid, service, peers)
     try:
         if "offer" in workloads:
             for clients in plan.offer_clients:
@@ -703,6 +748,16 @@ async def run(
             await bench.delayed()
         if "scale" in workloads:
             await bench.scale()
+        if "history" in workloads:
+            assert without_history is not None
+            off = ServiceTarget(
+                dsn,
+                "127.0.0.1",
+                without_history.port,
+                without_history.pid,
+                "hourglass, history off",
+            )
+            await bench.history(off, plan.drain_workers[len(plan.drain_workers) // 2])
     finally:
         for peer in peers:
             await peer.close()
@@ -719,7 +774,7 @@ def _event_loop_factory():
 
 
 PEER_NAMES = ("pgmq", "pgqueuer", "procrastinate")  # bench/peers.py's PEERS
-WORKLOADS = ("offer", "batch", "drain", "delayed", "scale")
+WORKLOADS = ("offer", "batch", "drain", "delayed", "scale", "history")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -753,12 +808,16 @@ def main(argv: list[str] | None = None) -> None:
     command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()
     _fresh_database(args.database_url)
-    with (
-        running_server(args.database_url) as server,
-        asyncio.Runner(loop_factory=_event_loop_factory()) as runner,
-    ):
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(running_server(args.database_url))
+        without_history = None
+        if "history" in workloads:
+            without_history = stack.enter_context(
+                running_server(args.database_url, HOURGLASS_HISTORY="false")
+            )
+        runner = stack.enter_context(asyncio.Runner(loop_factory=_event_loop_factory()))
         rows = runner.run(
-            run(plan, args.database_url, server.port, server.pid, peer_names, workloads)
+            run(plan, args.database_url, server, peer_names, workloads, without_history)
         )
     machine = _machine(args.database_url)
     print(f"finished in {time.perf_counter() - started:.0f} s")

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
 
 from app.api.schemas import format_timestamp
-from app.storage.tables import delayed_queue
+from app.storage.tables import delayed_queue, delivery_history, queue_settings
 
 
 def at(epoch_ms: int) -> str:
@@ -37,5 +37,27 @@ def stored_rows(url: str) -> list[dict[str, Any]]:
         with engine.connect() as connection:
             rows = connection.execute(select(delayed_queue).order_by(delayed_queue.c.id)).mappings()
             return [dict(row) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def history_rows(url: str) -> list[dict[str, Any]]:
+    """Every row of the delivery history, oldest first, straight from the database."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                select(delivery_history).order_by(delivery_history.c.id)
+            ).mappings()
+            return [{k: v for k, v in row.items() if k != "id"} for row in rows]
+    finally:
+        engine.dispose()
+
+
+def settings_rows(url: str) -> list[dict[str, Any]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [dict(row) for row in connection.execute(select(queue_settings)).mappings()]
     finally:
         engine.dispose()

@@ -1,0 +1,107 @@
+"""Eight workers on a real server and PostgreSQL, acknowledging only some messages: every
+message ends acknowledged or dead-lettered, exactly once in the history, and no delivery
+is handed out twice."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conftest import truncate_all
+from tests.helpers import history_rows
+from tests.server import running_server
+
+pytestmark = pytest.mark.postgresql_only
+
+MESSAGES, WORKERS = 300, 8
+MAX_DELIVERIES = 2
+LEASE = 2  # seconds; unacknowledged messages come back after it
+WAIT_SECONDS = 90
+
+
+def wants_to_acknowledge(key: str, delivery: int) -> bool:
+    """A third of the messages succeed at once, a third on their second delivery, a third never."""
+    return {0: True, 1: delivery >= 2, 2: False}[int(key) % 3]
+
+
+def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_once(
+    postgresql_url,
+):
+    truncate_all(postgresql_url)
+    lock = threading.Condition()
+    seen: defaultdict[str, list[int]] = defaultdict(list)  # key -> delivery numbers received
+    acknowledged: set[str] = set()
+    dead_letters: Counter[str] = Counter()
+    stop = threading.Event()
+
+    def finished() -> bool:
+        return len(acknowledged) + len(dead_letters) >= MESSAGES
+
+    def work(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while not stop.is_set():
+                body = client.post(
+                    "/v1/queues/q/poll", json={"max": 1, "lease": LEASE, "wait": 1}
+                ).json()
+                for message in body["messages"]:
+                    with lock:
+                        seen[message["key"]].append(message["deliveries"])
+                    if wants_to_acknowledge(message["key"], message["deliveries"]):
+                        answer = client.delete(f"/v1/queues/q/locks/{body['lock_id']}")
+                        if answer.status_code == 204:
+                            with lock:
+                                acknowledged.add(message["key"])
+                                lock.notify_all()
+
+    def drain_dead_letters(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while not stop.is_set():
+                body = client.post("/v1/queues/q.dead/poll", json={"max": 100, "wait": 1}).json()
+                if body["messages"]:
+                    assert (
+                        client.delete(f"/v1/queues/q.dead/locks/{body['lock_id']}").status_code
+                        == 204
+                    )
+                    with lock:
+                        dead_letters.update(message["key"] for message in body["messages"])
+                        lock.notify_all()
+
+    with running_server(postgresql_url) as server, httpx.Client(base_url=server.url) as client:
+        settings = client.put("/v1/queues/q/settings", json={"max_deliveries": MAX_DELIVERIES})
+        assert settings.status_code == 200
+        batch = [{"key": str(number), "payload": number} for number in range(MESSAGES)]
+        assert (
+            client.post("/v1/queues/q/batch", json={"messages": batch}).json()["created"]
+            == MESSAGES
+        )
+        with ThreadPoolExecutor(WORKERS + 1) as pool:
+            futures = [pool.submit(work, server.url) for _ in range(WORKERS)]
+            futures.append(pool.submit(drain_dead_letters, server.url))
+            with lock:
+                done = lock.wait_for(finished, WAIT_SECONDS)
+            stop.set()
+            for future in futures:
+                future.result(timeout=WAIT_SECONDS)
+        assert done, f"{len(acknowledged)} acknowledged, {len(dead_letters)} dead letters"
+        assert client.get("/v1/queues/q").json()["messages"] == 0
+        assert client.get("/v1/queues/q.dead").json()["messages"] == 0
+
+    keys = {str(number) for number in range(MESSAGES)}
+    never = {key for key in keys if int(key) % 3 == 2}
+    assert acknowledged == keys - never
+    assert set(dead_letters) == never and set(dead_letters.values()) == {1}
+    # Every delivery number was handed out once, in order: no two workers held one message.
+    for key, numbers in seen.items():
+        assert numbers == list(range(1, len(numbers) + 1)), (key, numbers)
+    assert all(len(seen[key]) == MAX_DELIVERIES for key in never)
+
+    history = [row for row in history_rows(postgresql_url) if row["queue"] == "q"]
+    assert sorted(row["key"] for row in history) == sorted(keys)  # each exactly once
+    for row in history:
+        expected = "dead_lettered" if row["key"] in never else "acknowledged"
+        assert row["outcome"] == expected, row
+        assert row["deliveries"] == len(seen[row["key"]]), row
