@@ -52,7 +52,7 @@ class Metrics:
         self.errors = Counter(
             "hourglass_errors",
             "Failures by kind: database_unavailable (a request answered 503), cron_pass, "
-            "cron_entry, metrics_queue_gauges",
+            "cron_entry, history_prune, metrics_queue_gauges",
             ["kind"],
             registry=self.registry,
         )

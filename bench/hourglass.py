@@ -33,19 +33,13 @@ OFFER_ROWS = (
     "SELECT k, %s, p, s, s, %s FROM unnest(%s::varchar[], %s::bytea[], %s::bigint[]) AS t(k, p, s) "
     'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
 )
-# The poll as the service sends it (app/storage/dialects/postgresql.py): with a
-# delivery limit, a row past it goes to a second lock id instead (none here).
-_DELIVERABLE = "delayed_queue.deliveries < %(max_deliveries)s"
+# The poll as the service sends it for a queue without a delivery limit
+# (app/storage/dialects/postgresql.py): the lease and the delivery counts.
 CLAIM = (
-    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, '
-    f'"lockUuid" = CASE WHEN {_DELIVERABLE} THEN %(lock_id)s ELSE %(dead_lock_id)s END, '
-    f"deliveries = CASE WHEN {_DELIVERABLE} THEN delayed_queue.deliveries + 1 "
-    "ELSE delayed_queue.deliveries END, "
-    f'"firstDeliveredAt" = CASE WHEN {_DELIVERABLE} '
-    'THEN coalesce(delayed_queue."firstDeliveredAt", %(now)s) '
-    'ELSE delayed_queue."firstDeliveredAt" END, '
-    f'"lastDeliveredAt" = CASE WHEN {_DELIVERABLE} THEN %(now)s '
-    'ELSE delayed_queue."lastDeliveredAt" END '
+    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, "lockUuid" = %(lock_id)s, '
+    "deliveries = delayed_queue.deliveries + 1, "
+    '"firstDeliveredAt" = coalesce(delayed_queue."firstDeliveredAt", %(now)s), '
+    '"lastDeliveredAt" = %(now)s '
     'FROM (SELECT id, "scheduledAt" AS previous, deliveries AS previous_deliveries '
     'FROM delayed_queue WHERE "pKind" = %(queue)s AND "scheduledAt" <= %(now)s '
     'ORDER BY "scheduledAt" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked '
@@ -53,7 +47,6 @@ CLAIM = (
     'RETURNING "pKey", payload, picked.previous, "scheduledAtInitially", "createdAt", '
     'picked.previous_deliveries, "deadLetteredFrom"'
 )
-NO_DELIVERY_LIMIT = 2**31 - 1
 ACKNOWLEDGE = 'DELETE FROM delayed_queue WHERE "lockUuid" = %(lock_id)s AND "pKind" = %(queue)s'
 # The acknowledgement with the delivery history recorded, in one statement.
 ACKNOWLEDGE_RECORDED = (
@@ -216,8 +209,6 @@ class CeilingWorker:
             "now": now,
             "limit": limit,
             "lock_id": lock_id,
-            "dead_lock_id": str(uuid.uuid4()),
-            "max_deliveries": NO_DELIVERY_LIMIT,
             "lease_until": now + LEASE_SECONDS * 1000,
         }
         cursor = await self.connection.execute(CLAIM, parameters)

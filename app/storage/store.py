@@ -308,15 +308,16 @@ class SqlStore:
         often goes to the dead-letter queue instead (see sql.claim_values).
         """
         max_deliveries = settings.max_deliveries if settings else None
-        parameters = {
+        parameters: dict[str, Any] = {
             "queue": queue,
             "now": now,
             "limit": limit,
             "lock_id": lock_id,
-            "dead_lock_id": str(uuid.uuid4()),
             "lease_until": lease_until,
-            "max_deliveries": sql.NO_DELIVERY_LIMIT if max_deliveries is None else max_deliveries,
         }
+        if max_deliveries is not None:  # the statement that checks the limit
+            parameters["max_deliveries"] = max_deliveries
+            parameters["dead_lock_id"] = str(uuid.uuid4())
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
@@ -336,7 +337,7 @@ class SqlStore:
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
-            if row.previous_deliveries < parameters["max_deliveries"]
+            if max_deliveries is None or row.previous_deliveries < max_deliveries
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):

@@ -7,6 +7,17 @@ from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
 from app.storage.schema import alembic_config
+from tests.conftest import scratch_postgresql_database
+
+
+@pytest.fixture
+def empty_database_url(database, tmp_path):
+    """A new, unmigrated database of the same kind as `database`."""
+    if database.name == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    with scratch_postgresql_database("migrations") as url:
+        yield url
 
 
 def test_alembic_check_finds_no_drift(database):
@@ -55,3 +66,31 @@ def test_postgresql_vacuums_the_queue_table_after_a_fixed_number_of_dead_rows(po
         engine.dispose()
     assert "autovacuum_vacuum_threshold=1000" in options
     assert "autovacuum_vacuum_scale_factor=0.01" in options
+
+
+def test_revision_0004_keeps_existing_messages_both_ways(empty_database_url):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0003")
+    engine = create_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
+                    "\"scheduledAtInitially\", \"createdAt\") VALUES ('k', 'q', :p, 5, 5, 1)"
+                ),
+                {"p": b"1"},
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert (row["pKey"], row["deliveries"], row["deadLetteredFrom"]) == ("k", 0, None)
+        command.downgrade(config, "0003")
+        with engine.connect() as connection:
+            assert not inspect(connection).has_table("delivery_history")
+            row = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert "deliveries" not in row and row["pKey"] == "k"
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

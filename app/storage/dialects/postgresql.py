@@ -67,6 +67,7 @@ _claim = (
         sql.columns.deadLetteredFrom,
     )
 )
+_claim_limited = _claim.values(sql.claim_values_limited)
 
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
@@ -174,7 +175,9 @@ class PostgreSQLDialect(Dialect):
                 previous_deliveries=row.previous_deliveries,
                 dead_lettered_from=row.deadLetteredFrom,
             )
-            for row in connection.execute(_claim, parameters)
+            for row in connection.execute(
+                _claim_limited if "max_deliveries" in parameters else _claim, parameters
+            )
         ]
 
     def recorded_delete(self, removal: sql.Removal) -> Insert:
