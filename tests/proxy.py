@@ -53,13 +53,14 @@ class TcpProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # no new connections
         for transport in list(self._transports):
             transport.abort()  # RST, not FIN: the peer learns at once
         self._transports.clear()
+        if server is not None:
+            await server.wait_closed()  # from Python 3.12: until every connection ended
 
     async def _forward(self, client_reader, client_writer) -> None:
         if self._server is None:  # accepted just before the cut
@@ -69,6 +70,10 @@ class TcpProxy:
             server_reader, server_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.transport.abort()
+            return
+        if self._server is None:  # cut while connecting upstream
+            client_writer.transport.abort()
+            server_writer.transport.abort()
             return
         self.connections_made += 1
         pair = (client_writer.transport, server_writer.transport)

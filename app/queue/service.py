@@ -50,6 +50,7 @@ _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
 # A queue's settings are read from the database at most this often per process: a
 # change made through another replica applies here within this many seconds.
 SETTINGS_CACHE_SECONDS = 5.0
+_SETTINGS_CACHE_SIZE = 10_000
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
 # Queue names are at most this long (the column's size).
@@ -305,6 +306,8 @@ class QueueService:
         if cached is not None and loop_time - cached[0] < SETTINGS_CACHE_SECONDS:
             return cached[1]
         settings = await self._run(partial(self.store.settings_get, queue)) or QueueSettings(queue)
+        if len(self._settings) >= _SETTINGS_CACHE_SIZE:  # polls of ever new queue names
+            self._settings.clear()
         self._settings[queue] = (loop_time, settings)
         return settings
 

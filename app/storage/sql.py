@@ -87,7 +87,9 @@ def removal(where: Any) -> Removal:
 
 # Offer, the update path: lock the row, then compare-and-swap on the values read.
 # An update rewrites payload and schedule and clears the lock, so the current
-# holder's acknowledgement no longer deletes the new message.
+# holder's acknowledgement no longer deletes the new message. The new content
+# starts a new life: its deliveries are counted from zero (a message that failed
+# three times and is then corrected gets its full allowance of deliveries).
 offer_select_for_update = (
     select(columns.payload, columns.scheduledAtInitially, columns.createdAt)
     .where(_by_key)
@@ -106,6 +108,10 @@ offer_update = (
         scheduledAtInitially=bindparam("new_scheduled_at"),
         createdAt=bindparam("now"),
         lockUuid=null(),
+        deliveries=0,
+        firstDeliveredAt=null(),
+        lastDeliveredAt=null(),
+        deadLetteredFrom=null(),
     )
 )
 
@@ -143,34 +149,49 @@ claim_values = {
     "lastDeliveredAt": bindparam("now"),
 }
 # The same in a queue with a delivery limit ("max_deliveries"): a row that has
-# reached it is not delivered but held under a second lock id ("dead_lock_id"),
-# not counted, and the store then moves it to the dead-letter queue. Should that
-# move not happen (the process dies), the row comes back when the lease ends, as
-# any other. Queues without a limit keep the plain statement: PostgreSQL plans
-# each poll afresh (force_custom_plan), and the CASEs cost max=1 polls ~10%.
+# reached it is not delivered but held under a second lock id ("dead_lock_id")
+# until "dead_hold_until", not counted, and the store then moves it to the
+# dead-letter queue. Should that move not happen (the process dies, the database
+# goes away), the row comes back when the hold ends and the next poll moves it.
+# Queues without a limit keep the plain statement: PostgreSQL plans each poll
+# afresh (force_custom_plan), and the CASEs cost max=1 polls ~10%.
+# The CASEs read "deliveries" before it is set: MariaDB evaluates SET clauses
+# left to right, so it comes last (ordered_values), where every database agrees.
 _deliverable = columns.deliveries < bindparam("max_deliveries")
-claim_values_limited = {
-    "scheduledAt": bindparam("lease_until"),
-    "lockUuid": case((_deliverable, bindparam("lock_id")), else_=bindparam("dead_lock_id")),
-    "deliveries": case((_deliverable, columns.deliveries + 1), else_=columns.deliveries),
-    "firstDeliveredAt": case(
-        (_deliverable, func.coalesce(columns.firstDeliveredAt, bindparam("now"))),
-        else_=columns.firstDeliveredAt,
+claim_values_limited = (
+    (
+        columns.scheduledAt,
+        case((_deliverable, bindparam("lease_until")), else_=bindparam("dead_hold_until")),
     ),
-    "lastDeliveredAt": case((_deliverable, bindparam("now")), else_=columns.lastDeliveredAt),
-}
+    (columns.lockUuid, case((_deliverable, bindparam("lock_id")), else_=bindparam("dead_lock_id"))),
+    (
+        columns.firstDeliveredAt,
+        case(
+            (_deliverable, func.coalesce(columns.firstDeliveredAt, bindparam("now"))),
+            else_=columns.firstDeliveredAt,
+        ),
+    ),
+    (
+        columns.lastDeliveredAt,
+        case((_deliverable, bindparam("now")), else_=columns.lastDeliveredAt),
+    ),
+    (columns.deliveries, case((_deliverable, columns.deliveries + 1), else_=columns.deliveries)),
+)
 _claimed_ids = columns.id.in_(bindparam("ids", expanding=True))
 claim_update = update(queue_table).where(_claimed_ids).values(claim_values)
-claim_update_limited = update(queue_table).where(_claimed_ids).values(claim_values_limited)
+claim_update_limited = update(queue_table).where(_claimed_ids).ordered_values(*claim_values_limited)
 
-# Dead-lettering what a poll held under its second lock id: record it, then move it
-# (key and payload kept) into the dead-letter queue as a new message due now.
+# Dead-lettering what a poll held under its second lock id, one key at a time:
+# record it, then move it (key and payload kept) into the dead-letter queue as a
+# new message due now. A key the dead-letter queue holds already is replaced,
+# unless a worker holds that message: then this one waits for the next try.
 _dead_held = (columns.lockUuid == bindparam("dead_lock_id")) & _in_queue
+_dead_held_key = _dead_held & (columns.pKey == bindparam("key"))
 dead_letter_keys = select(columns.pKey).where(_dead_held).with_for_update()
-dead_letter_record = removal(_dead_held).record
+dead_letter_record = removal(_dead_held_key).record
 dead_letter_move = (
     update(queue_table)
-    .where(_dead_held)
+    .where(_dead_held_key)
     .values(
         pKind=bindparam("dead_letter_queue"),
         deadLetteredFrom=bindparam("queue"),
@@ -182,6 +203,8 @@ dead_letter_move = (
         lastDeliveredAt=null(),
     )
 )
+# Whether a worker holds the message under `key` now (leased, lease not run out).
+message_held = select(columns.lockUuid.is_not(None) & ~_is_due).where(_by_key).with_for_update()
 
 # Redrive: a dead-letter queue's messages that no worker holds, oldest row first,
 # then each moved back (to the queue it came from, or another) as a new message due now.
@@ -292,18 +315,24 @@ settings_update = (
     )
 )
 
-# Pruning the history in batches without a list of ids: the finishing time of the
-# batch's last row, then every row finished up to then (ties may add a few rows).
+# Pruning the history in batches without a list of ids (PostgreSQL's direct path
+# binds no expanding IN, and MariaDB has no LIMIT in an IN subquery): find the
+# batch's last row by (finishedAt, id), then delete every expired row up to it.
 history_batch_end = (
-    select(history.finishedAt)
+    select(history.finishedAt, history.id)
     .where(history.finishedAt < bindparam("before"))
-    .order_by(history.finishedAt)
+    .order_by(history.finishedAt, history.id)
     .limit(1)
     .offset(bindparam("last"))
 )
-history_prune = delete(delivery_history).where(
-    history.finishedAt < bindparam("before"), history.finishedAt <= bindparam("upto")
+history_prune_batch = delete(delivery_history).where(
+    history.finishedAt < bindparam("before"),
+    (history.finishedAt < bindparam("upto_finished_at"))
+    | (
+        (history.finishedAt == bindparam("upto_finished_at")) & (history.id <= bindparam("upto_id"))
+    ),
 )
+history_prune_rest = delete(delivery_history).where(history.finishedAt < bindparam("before"))
 
 
 def _count(condition) -> object:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import time
 import uuid
@@ -43,12 +44,16 @@ from app.storage.direct import DirectConnection, DirectStatements
 from app.storage.tables import delayed_queue as queue_table
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Keys per `SELECT … WHERE "pKey" IN (…)` and rows per multi-row INSERT in a batch.
 _EXISTING_KEYS_CHUNK = 500
 _INSERT_CHUNK = 200
 # Dead letters moved back per transaction by a redrive.
 _REDRIVE_CHUNK = 500
+# How long a poll holds messages it found past their delivery limit, should
+# moving them to the dead-letter queue fail: then a later poll tries again.
+_DEAD_LETTER_HOLD_MS = 30_000
 # Transient conflicts (deadlocks, serialization failures) and lost races on one key.
 _TRANSACTION_ATTEMPTS = 5
 _OFFER_RACE_ATTEMPTS = 100
@@ -318,6 +323,7 @@ class SqlStore:
         if max_deliveries is not None:  # the statement that checks the limit
             parameters["max_deliveries"] = max_deliveries
             parameters["dead_lock_id"] = str(uuid.uuid4())
+            parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
@@ -342,49 +348,53 @@ class SqlStore:
         dead_lettered = 0
         if len(deliveries) < len(claimed):
             assert settings is not None
-            dead_lettered = self._dead_letter(queue, parameters["dead_lock_id"], settings, now)
+            try:
+                dead_lettered = self._dead_letter(queue, parameters["dead_lock_id"], settings, now)
+            except StorageUnavailable as error:
+                # The deliveries stand; the held rows come back when the hold ends.
+                log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
         return Claim(deliveries, dead_lettered)
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
 
         A dead letter whose key the dead-letter queue already holds replaces the
-        older one (recorded as dropped).
+        older one (recorded as dropped), unless a worker holds that one: then it
+        stays held here until the hold ends, and a later poll tries again.
         """
-        parameters = {
-            "queue": queue,
-            "dead_lock_id": dead_lock_id,
-            "dead_letter_queue": settings.effective_dead_letter_queue,
-            "now": now,
-        }
+        dead_letter_queue = settings.effective_dead_letter_queue
+        held = {"queue": queue, "dead_lock_id": dead_lock_id}
 
         def move(connection: Connection) -> int:
-            keys = connection.execute(sql.dead_letter_keys, parameters).scalars().all()
+            keys = connection.execute(sql.dead_letter_keys, held).scalars().all()
             if not keys:
                 return 0
             taken = connection.execute(
-                self.dialect.existing_keys,
-                {"queue": parameters["dead_letter_queue"], "keys": list(keys)},
+                self.dialect.existing_keys, {"queue": dead_letter_queue, "keys": list(keys)}
             ).scalars()
+            waiting = set()
             for key in taken:
-                self._remove_on(
-                    connection,
-                    sql.message_delete,
-                    {"queue": parameters["dead_letter_queue"], "key": key},
-                    now,
-                )
-            if self.record_history:
-                connection.execute(
-                    sql.dead_letter_record, {**parameters, "outcome": Finish.DEAD_LETTERED.value}
-                )
-            return connection.execute(sql.dead_letter_move, parameters).rowcount
+                there = {"queue": dead_letter_queue, "key": key}
+                if connection.execute(sql.message_held, {**there, "now": now}).scalar():
+                    waiting.add(key)
+                else:
+                    self._remove_on(connection, sql.message_delete, there, now)
+            moved = 0
+            for key in keys:
+                if key in waiting:
+                    continue
+                parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue}
+                if self.record_history:
+                    connection.execute(
+                        sql.dead_letter_record,
+                        {**parameters, "outcome": Finish.DEAD_LETTERED.value, "now": now},
+                    )
+                moved += connection.execute(
+                    sql.dead_letter_move, {**parameters, "now": now}
+                ).rowcount
+            return moved
 
-        for _ in range(_OFFER_RACE_ATTEMPTS):
-            try:
-                return self._transaction(move)
-            except exc.IntegrityError:
-                continue  # a key was offered into the dead-letter queue meanwhile: again
-        raise StorageUnavailable(f"too much contention dead-lettering in {queue!r}; try again")
+        return self._transaction_over_keys(move, f"dead-lettering in {queue!r}")
 
     def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive:
         """Move up to `limit` messages of a dead-letter queue back, as new messages due now:
@@ -422,7 +432,9 @@ class SqlStore:
                         ).rowcount
                 return len(rows), (rows[-1].id if rows else after), moved, skipped
 
-            examined, after, chunk_moved, chunk_skipped = self._transaction(redrive)
+            examined, after, chunk_moved, chunk_skipped = self._transaction_over_keys(
+                redrive, f"redriving {queue!r}"
+            )
             moved += chunk_moved
             skipped += chunk_skipped
             if examined < chunk:
@@ -526,23 +538,21 @@ class SqlStore:
                     },
                 )
 
-        for _ in range(_OFFER_RACE_ATTEMPTS):
-            try:
-                self._transaction(put)
-                return settings
-            except exc.IntegrityError:
-                continue  # created by another request meanwhile: now update it
-        raise StorageUnavailable(f"too much contention on settings of {settings.queue!r}")
+        self._transaction_over_keys(put, f"on the settings of {settings.queue!r}")
+        return settings
 
     def history_prune(self, before: int, batch: int) -> int:
         """Delete about `batch` history rows that finished before `before`; how many."""
 
         def prune(connection: Connection) -> int:
-            upto = connection.execute(
+            end = connection.execute(
                 sql.history_batch_end, {"before": before, "last": batch - 1}
-            ).scalar()
+            ).first()
+            if end is None:  # fewer than a batch left
+                return connection.execute(sql.history_prune_rest, {"before": before}).rowcount
             return connection.execute(
-                sql.history_prune, {"before": before, "upto": before if upto is None else upto}
+                sql.history_prune_batch,
+                {"before": before, "upto_finished_at": end.finishedAt, "upto_id": end.id},
             ).rowcount
 
         return self._transaction(prune)
@@ -551,12 +561,11 @@ class SqlStore:
 
     def cron_install(self, entry: CronEntry) -> CronInstall:
         """Create or replace an entry; a new configuration deletes the old one's pending runs."""
-        for _ in range(_OFFER_RACE_ATTEMPTS):
-            try:
-                return self._transaction(lambda connection: self._cron_install(connection, entry))
-            except exc.IntegrityError:
-                continue  # another replica created it first: now it exists, so replace it
-        raise StorageUnavailable(f"too much contention on cron entry {entry.name!r}; try again")
+        # A replica that created the entry first makes this one replace it.
+        return self._transaction_over_keys(
+            lambda connection: self._cron_install(connection, entry),
+            f"on cron entry {entry.name!r}",
+        )
 
     def _cron_install(self, connection: Connection, entry: CronEntry) -> CronInstall:
         # Locks the entry's row: a replica installing runs of it (share lock) finishes first.
@@ -678,6 +687,16 @@ class SqlStore:
             return connection.execute(recorded_delete, parameters).rowcount
         connection.execute(removal.record, parameters)
         return connection.execute(removal.delete, parameters).rowcount
+
+    def _transaction_over_keys(self, work: Callable[[Connection], T], what: str) -> T:
+        """`work` in one transaction, again when it found a unique key taken: another
+        request wrote that key between this one's check and its write."""
+        for _ in range(_OFFER_RACE_ATTEMPTS):
+            try:
+                return self._transaction(work)
+            except exc.IntegrityError:
+                continue
+        raise StorageUnavailable(f"too much contention {what}; try again")
 
     def _single(self, statement: Any, parameters: dict) -> int:
         """Run one write statement on its own; the number of rows it touched."""

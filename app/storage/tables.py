@@ -103,7 +103,7 @@ delivery_history = Table(
     Column("deliveries", Integer, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("finishedAt", BigInteger, nullable=False),
-    Index("delivery_history__finished_at_idx", "finishedAt"),
+    Index("delivery_history__finished_at_id_idx", "finishedAt", "id"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",

@@ -68,11 +68,13 @@ def upgrade() -> None:
         sa.Column("finishedAt", sa.BigInteger(), nullable=False),
         **_TABLE_OPTIONS,
     )
-    op.create_index("delivery_history__finished_at_idx", "delivery_history", ["finishedAt"])
+    op.create_index(
+        "delivery_history__finished_at_id_idx", "delivery_history", ["finishedAt", "id"]
+    )
 
 
 def downgrade() -> None:
-    op.drop_index("delivery_history__finished_at_idx", table_name="delivery_history")
+    op.drop_index("delivery_history__finished_at_id_idx", table_name="delivery_history")
     op.drop_table("delivery_history")
     op.drop_table("queue_settings")
     with op.batch_alter_table("delayed_queue") as table:

@@ -11,7 +11,7 @@ from app.config import Settings
 from app.main import create_app
 from app.storage.schema import upgrade_to_head
 
-ADMIN, REPORTS = "s3cret-admin-token", "reports-only-token"
+ADMIN, REPORTS, ORDERS = "s3cret-admin-token", "reports-only-token", "orders-only-token"
 
 
 @pytest.fixture
@@ -19,7 +19,9 @@ def client(tmp_path):
     url = f"sqlite:///{tmp_path / 'auth.db'}"
     upgrade_to_head(url)
     settings = Settings(
-        database_url=url, auto_migrate=False, api_tokens=f"{ADMIN}, {REPORTS}=reports-*"
+        database_url=url,
+        auto_migrate=False,
+        api_tokens=f"{ADMIN}, {REPORTS}=reports-*, {ORDERS}=orders",
     )
     with TestClient(create_app(settings)) as client:
         yield client
@@ -93,3 +95,12 @@ def test_a_token_cannot_send_dead_letters_or_a_redrive_outside_its_queues(client
     redrive = "/v1/queues/reports-failed/redrive"
     assert client.post(redrive, json={"to": "billing"}, headers=reports).status_code == 403
     assert client.post(redrive, json={"to": "reports-x"}, headers=reports).status_code == 200
+
+
+def test_a_token_cannot_set_a_limit_whose_default_dead_letter_queue_it_may_not_use(client):
+    orders = _bearer(ORDERS)
+    limit = client.put("/v1/queues/orders/settings", json={"max_deliveries": 1}, headers=orders)
+    assert limit.status_code == 403  # orders.dead is outside "orders"
+    assert "orders.dead" in limit.json()["detail"]
+    lease = client.put("/v1/queues/orders/settings", json={"default_lease": 60}, headers=orders)
+    assert lease.status_code == 200

@@ -5,8 +5,11 @@ is handed out twice."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -33,7 +36,8 @@ def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_on
 ):
     truncate_all(postgresql_url)
     lock = threading.Condition()
-    seen: defaultdict[str, list[int]] = defaultdict(list)  # key -> delivery numbers received
+    # key -> (delivery number, when it arrived, when its lease ends), epoch ms
+    seen: defaultdict[str, list[tuple[int, int, int]]] = defaultdict(list)
     acknowledged: set[str] = set()
     dead_letters: Counter[str] = Counter()
     stop = threading.Event()
@@ -47,9 +51,11 @@ def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_on
                 body = client.post(
                     "/v1/queues/q/poll", json={"max": 1, "lease": LEASE, "wait": 1}
                 ).json()
+                arrived = time.time_ns() // 1_000_000  # the server's clock is this machine's
                 for message in body["messages"]:
+                    lease_ends = _epoch_ms(message["lease_expires_at"])
                     with lock:
-                        seen[message["key"]].append(message["deliveries"])
+                        seen[message["key"]].append((message["deliveries"], arrived, lease_ends))
                     if wants_to_acknowledge(message["key"], message["deliveries"]):
                         answer = client.delete(f"/v1/queues/q/locks/{body['lock_id']}")
                         if answer.status_code == 204:
@@ -92,16 +98,26 @@ def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_on
 
     keys = {str(number) for number in range(MESSAGES)}
     never = {key for key in keys if int(key) % 3 == 2}
-    assert acknowledged == keys - never
-    assert set(dead_letters) == never and set(dead_letters.values()) == {1}
-    # Every delivery number was handed out once, in order: no two workers held one message.
-    for key, numbers in seen.items():
-        assert numbers == list(range(1, len(numbers) + 1)), (key, numbers)
+    # A worker slower than its lease may lose a message it meant to acknowledge:
+    # then it is dead-lettered instead. Either way, exactly one of the two.
+    assert acknowledged <= keys - never
+    assert set(dead_letters) == keys - acknowledged and set(dead_letters.values()) == {1}
+    assert len(acknowledged) > MESSAGES / 2  # the workers did acknowledge
+    for key, deliveries in seen.items():
+        # Handed out as 1, 2, …, each only once its previous lease had ended: no two
+        # workers ever held one message at the same time.
+        assert [number for number, _, _ in deliveries] == list(range(1, len(deliveries) + 1))
+        for (_, _, lease_ended), (_, arrived, _) in pairwise(deliveries):
+            assert arrived >= lease_ended, (key, deliveries)
     assert all(len(seen[key]) == MAX_DELIVERIES for key in never)
 
     history = [row for row in history_rows(postgresql_url) if row["queue"] == "q"]
     assert sorted(row["key"] for row in history) == sorted(keys)  # each exactly once
     for row in history:
-        expected = "dead_lettered" if row["key"] in never else "acknowledged"
+        expected = "acknowledged" if row["key"] in acknowledged else "dead_lettered"
         assert row["outcome"] == expected, row
         assert row["deliveries"] == len(seen[row["key"]]), row
+
+
+def _epoch_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from app.queue.errors import StorageUnavailable
+from app.queue.models import Offer, QueueSettings
 from tests.conftest import START_MS
 from tests.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows
 
@@ -260,3 +264,66 @@ def test_bad_redrives_are_422_and_move_nothing(client, clock, database, body):
     response = client.post("/v1/queues/q.dead/redrive", json=body)
     assert response.status_code == 422, response.text
     assert stored_rows(database.url) == before
+
+
+def test_an_update_starts_the_count_again(client, clock):
+    configure(client, max_deliveries=2)
+    put(client, "q", "k", "broken")
+    deliver_without_acknowledging(client, clock)
+    deliver_without_acknowledging(client, clock)
+    assert put(client, "q", "k", "fixed").json()["outcome"] == "updated"
+    assert client.get("/v1/queues/q/messages/k").json()["deliveries"] == 0
+    (message,) = poll(client, "q")["messages"]
+    assert (message["payload"], message["deliveries"]) == ("fixed", 1)
+
+
+def test_a_dead_letter_waits_while_a_worker_holds_one_with_its_key(client, clock, database):
+    configure(client, max_deliveries=1)
+    put(client, "q", "k", "first")
+    deliver_without_acknowledging(client, clock)
+    assert poll(client, "q")["messages"] == []  # "first" moves to q.dead
+    holder = poll(client, "q.dead", lease=300)  # and a worker takes it there
+    assert keys_of(holder) == ["k"]
+
+    put(client, "q", "k", "second")
+    deliver_without_acknowledging(client, clock)
+    assert poll(client, "q")["messages"] == []  # due to move, but "first" is held
+    assert client.get("/v1/queues/q/messages/k").json()["payload"] == "second"
+    assert client.delete(f"/v1/queues/q.dead/locks/{holder['lock_id']}").status_code == 204
+
+    clock.advance(30)  # the hold on "second" ends: the next poll moves it
+    assert poll(client, "q")["messages"] == []
+    assert client.get("/v1/queues/q.dead/messages/k").json()["payload"] == "second"
+    assert client.get("/v1/queues/q/messages/k").status_code == 404
+    assert [(row["queue"], row["outcome"]) for row in history_rows(database.url)] == [
+        ("q", "dead_lettered"),
+        ("q.dead", "acknowledged"),
+        ("q", "dead_lettered"),
+    ]
+
+
+def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
+    limited = QueueSettings("q", max_deliveries=1)
+    old = Offer(key="old", payload=b"1", scheduled_at=START_MS - 1)
+    new = Offer(key="new", payload=b"2", scheduled_at=START_MS)
+    store.messages_offer_many("q", [old, new], START_MS)
+
+    def poll_store(limit: int, now: int, lease_ms: int = LEASE * 1000):
+        return store.messages_poll("q", limit, str(uuid.uuid4()), now + lease_ms, now, limited)
+
+    assert [d.message.key for d in poll_store(1, START_MS).deliveries] == ["old"]
+    later = START_MS + LEASE * 1000  # "old" is due again, past its one delivery
+
+    def database_gone(*_arguments):
+        raise StorageUnavailable("the database is unavailable; retry shortly")
+
+    monkeypatch.setattr(store, "_dead_letter", database_gone)
+    claim = poll_store(2, later, lease_ms=3_600_000)
+    assert [d.message.key for d in claim.deliveries] == ["new"]  # delivered all the same
+    assert claim.dead_lettered == 0
+    monkeypatch.undo()
+
+    assert poll_store(2, later).deliveries == []  # "old" is held a while, "new" leased
+    assert poll_store(2, later + 30_000).dead_lettered == 1
+    moved = store.messages_get("q.dead", "old")
+    assert (moved.deliveries, moved.dead_lettered_from) == (0, "q")

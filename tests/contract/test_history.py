@@ -109,6 +109,9 @@ def test_the_service_prunes_rows_older_than_the_retention(database, clock):
 
 
 def test_pruning_goes_in_batches_and_stops_at_the_cutoff(store, database):
+    # A purge or a large acknowledgement finishes many rows in one millisecond:
+    # 1,500 rows here, which a batch must still split.
+    finished = [1_000] * 1_500 + [1_001 + index for index in range(1_000)]
     rows = [
         {
             "queue": "q",
@@ -117,16 +120,15 @@ def test_pruning_goes_in_batches_and_stops_at_the_cutoff(store, database):
             "createdAt": 0,
             "deliveries": 1,
             "outcome": "acknowledged",
-            # Four rows finish in each millisecond: batches end between ties.
-            "finishedAt": 1_000 + index // 4,
+            "finishedAt": finished_at,
         }
-        for index in range(2_500)
+        for index, finished_at in enumerate(finished)
     ]
     engine = create_engine(database.url)
     with engine.begin() as connection:
         connection.execute(insert(delivery_history), rows)
     engine.dispose()
-    cutoff = 1_000 + 2_000 // 4  # rows 0-1999 finished before it
+    cutoff = 1_501  # rows 0-1,999 finished before it
     pruned = [store.history_prune(cutoff, 1_000) for _ in range(3)]
     assert pruned == [1_000, 1_000, 0]
     remaining = history_rows(database.url)

@@ -102,7 +102,14 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 async def put_settings(
     queue: QueueName, body: QueueSettingsRequest, service: Service, request: Request
 ) -> QueueSettingsResponse:
-    _check_allowed(request, body.dead_letter_queue)
+    if body.max_deliveries is not None or body.dead_letter_queue is not None:
+        # Where this queue's dead letters would go, named or by default.
+        _check_allowed(
+            request,
+            QueueSettings(
+                queue, dead_letter_queue=body.dead_letter_queue
+            ).effective_dead_letter_queue,
+        )
     settings = await service.put_settings(
         queue,
         default_lease_seconds=body.default_lease,

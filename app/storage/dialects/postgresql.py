@@ -53,21 +53,27 @@ _picked = (
         sql.columns.deliveries.label("previous_deliveries"),
     )
 ).subquery("picked")
+_claim_returning = (
+    sql.columns.pKey,
+    sql.columns.payload,
+    _picked.c.previous_scheduled_at,
+    sql.columns.scheduledAtInitially,
+    sql.columns.createdAt,
+    _picked.c.previous_deliveries,
+    sql.columns.deadLetteredFrom,
+)
 _claim = (
     update(queue_table)
     .where(sql.columns.id == _picked.c.id)
     .values(sql.claim_values)
-    .returning(
-        sql.columns.pKey,
-        sql.columns.payload,
-        _picked.c.previous_scheduled_at,
-        sql.columns.scheduledAtInitially,
-        sql.columns.createdAt,
-        _picked.c.previous_deliveries,
-        sql.columns.deadLetteredFrom,
-    )
+    .returning(*_claim_returning)
 )
-_claim_limited = _claim.values(sql.claim_values_limited)
+_claim_limited = (
+    update(queue_table)
+    .where(sql.columns.id == _picked.c.id)
+    .ordered_values(*sql.claim_values_limited)
+    .returning(*_claim_returning)
+)
 
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
