@@ -67,6 +67,8 @@ class Claim:
 
     deliveries: list[Delivery]
     dead_lettered: int = 0
+    # Rows past their delivery limit that this look found (moved, or held for later).
+    exhausted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

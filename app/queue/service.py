@@ -248,9 +248,9 @@ class QueueService:
                 self.notifier.notify(settings.effective_dead_letter_queue)
             if claim.deliveries:
                 return Lease(lock_id, expires_at, tuple(claim.deliveries))
-            if not claim.dead_lettered:
+            if not claim.exhausted:
                 return None
-            # Everything due it found went to the dead-letter queue: more may be due behind.
+            # Everything due it found was past its limit: more may be due behind.
         return None
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:

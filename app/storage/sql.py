@@ -89,7 +89,8 @@ def removal(where: Any) -> Removal:
 # An update rewrites payload and schedule and clears the lock, so the current
 # holder's acknowledgement no longer deletes the new message. The new content
 # starts a new life: its deliveries are counted from zero (a message that failed
-# three times and is then corrected gets its full allowance of deliveries).
+# three times and is then corrected gets its full allowance of deliveries; a dead
+# letter corrected in place keeps the queue it came from, for a redrive).
 offer_select_for_update = (
     select(columns.payload, columns.scheduledAtInitially, columns.createdAt)
     .where(_by_key)
@@ -111,7 +112,6 @@ offer_update = (
         deliveries=0,
         firstDeliveredAt=null(),
         lastDeliveredAt=null(),
-        deadLetteredFrom=null(),
     )
 )
 
@@ -325,12 +325,11 @@ history_batch_end = (
     .limit(1)
     .offset(bindparam("last"))
 )
+# The batch's end row finished before the cutoff, so its bound is the only one:
+# SQLite then reads the index up to it, not up to the cutoff.
 history_prune_batch = delete(delivery_history).where(
-    history.finishedAt < bindparam("before"),
-    (history.finishedAt < bindparam("upto_finished_at"))
-    | (
-        (history.finishedAt == bindparam("upto_finished_at")) & (history.id <= bindparam("upto_id"))
-    ),
+    history.finishedAt <= bindparam("upto_finished_at"),
+    (history.finishedAt < bindparam("upto_finished_at")) | (history.id <= bindparam("upto_id")),
 )
 history_prune_rest = delete(delivery_history).where(history.finishedAt < bindparam("before"))
 

@@ -353,7 +353,7 @@ class SqlStore:
             except StorageUnavailable as error:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
-        return Claim(deliveries, dead_lettered)
+        return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
@@ -369,9 +369,13 @@ class SqlStore:
             keys = connection.execute(sql.dead_letter_keys, held).scalars().all()
             if not keys:
                 return 0
-            taken = connection.execute(
-                self.dialect.existing_keys, {"queue": dead_letter_queue, "keys": list(keys)}
-            ).scalars()
+            taken = (
+                connection.execute(
+                    self.dialect.existing_keys, {"queue": dead_letter_queue, "keys": list(keys)}
+                )
+                .scalars()
+                .all()
+            )
             waiting = set()
             for key in taken:
                 there = {"queue": dead_letter_queue, "key": key}
@@ -552,7 +556,7 @@ class SqlStore:
                 return connection.execute(sql.history_prune_rest, {"before": before}).rowcount
             return connection.execute(
                 sql.history_prune_batch,
-                {"before": before, "upto_finished_at": end.finishedAt, "upto_id": end.id},
+                {"upto_finished_at": end.finishedAt, "upto_id": end.id},
             ).rowcount
 
         return self._transaction(prune)
@@ -690,12 +694,15 @@ class SqlStore:
 
     def _transaction_over_keys(self, work: Callable[[Connection], T], what: str) -> T:
         """`work` in one transaction, again when it found a unique key taken: another
-        request wrote that key between this one's check and its write."""
-        for _ in range(_OFFER_RACE_ATTEMPTS):
+        request wrote that key between this one's check and its write. Any other
+        integrity error is a bug, and goes up as one."""
+        for attempt in range(1, _OFFER_RACE_ATTEMPTS + 1):
             try:
                 return self._transaction(work)
-            except exc.IntegrityError:
-                continue
+            except exc.IntegrityError as error:
+                if not self.dialect.is_unique_violation(error):
+                    raise
+                self._pause(random.uniform(0, 0.001 * min(attempt, 10)))
         raise StorageUnavailable(f"too much contention {what}; try again")
 
     def _single(self, statement: Any, parameters: dict) -> int:

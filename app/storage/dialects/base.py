@@ -68,6 +68,10 @@ class Dialect:
         None: then the store runs its INSERT and its DELETE in one transaction."""
         return None
 
+    def is_unique_violation(self, error: DBAPIError) -> bool:
+        """The statement would have written a unique key that exists."""
+        return False
+
     def is_retryable(self, error: DBAPIError) -> bool:
         """A transient conflict (deadlock, serialization failure): run the transaction again."""
         return False

@@ -123,6 +123,7 @@ SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
 _UNDEFINED_TABLE = "42P01"
+_UNIQUE_VIOLATION = "23505"
 
 
 class PostgreSQLDialect(Dialect):
@@ -201,6 +202,9 @@ class PostgreSQLDialect(Dialect):
             # SQLAlchemy keeps an INSERT's row count only when asked to.
             .execution_options(preserve_rowcount=True)
         )
+
+    def is_unique_violation(self, error: DBAPIError) -> bool:
+        return getattr(error.orig, "sqlstate", None) == _UNIQUE_VIOLATION
 
     def is_retryable(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES

@@ -18,6 +18,8 @@ _BUSY_TIMEOUT_MS = 5000
 # Primary result codes that mean "cannot serve now", not "this SQL is wrong":
 # BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB.
 _UNAVAILABLE_CODES = {5, 6, 8, 10, 11, 13, 14, 15, 26}
+# Extended result codes: SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY.
+_UNIQUE_CODES = {2067, 1555}
 
 
 class SQLiteDialect(Dialect):
@@ -48,6 +50,9 @@ class SQLiteDialect(Dialect):
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+
+    def is_unique_violation(self, error: DBAPIError) -> bool:
+        return getattr(error.orig, "sqlite_errorcode", None) in _UNIQUE_CODES
 
     def is_unavailable(self, error: DBAPIError) -> bool:
         # "database is locked" after the busy timeout, disk I/O errors, unopenable files.

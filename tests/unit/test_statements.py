@@ -1,0 +1,16 @@
+"""Statement shapes that must hold on every database, checked without one."""
+
+from __future__ import annotations
+
+from sqlalchemy.dialects import mysql
+
+from app.storage import sql
+
+
+def test_the_limited_poll_sets_deliveries_last():
+    # MariaDB evaluates SET clauses left to right: the CASEs that read "deliveries"
+    # must come before it is set, or the delivery that reaches the limit is lost.
+    compiled = str(sql.claim_update_limited.compile(dialect=mysql.dialect()))
+    set_clauses = compiled.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    assert set_clauses.rsplit(", ", 1)[1].startswith("deliveries=")
+    assert set_clauses.count("delayed_queue.deliveries <") == 5
