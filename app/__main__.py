@@ -1,4 +1,4 @@
-"""The `hourglass` command: serve, migrate, openapi."""
+"""The `hourglass` command: serve, migrate, openapi, pipeline."""
 
 from __future__ import annotations
 
@@ -50,6 +50,50 @@ def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
     )
 
 
+def _pipeline_import(arguments: argparse.Namespace, settings: Settings) -> None:
+    from app.pipeline.importer import main_import
+
+    main_import(arguments, settings)
+
+
+def _add_pipeline(commands) -> None:
+    from app.pipeline import BATCH_SIZE, FORMATS
+
+    pipeline = commands.add_parser("pipeline", help="Spark jobs: bulk import, delivery reports")
+    jobs = pipeline.add_subparsers(dest="job", required=True)
+    spark = argparse.ArgumentParser(add_help=False)
+    spark.add_argument("--master", help="Spark master URL (default: local[*], or spark-submit's)")
+    spark.add_argument(
+        "--jars", action="append", default=[], help="extra jars, e.g. a JDBC driver (repeatable)"
+    )
+    spark.add_argument("--database-url", help="default: HOURGLASS_DATABASE_URL")
+
+    job = jobs.add_parser(
+        "import",
+        parents=[spark],
+        help="schedule every valid row of a Parquet, CSV or JSON-lines dataset",
+    )
+    job.add_argument("input", help="a file or a directory of files")
+    job.add_argument("--format", choices=FORMATS, help="default: from the file name")
+    job.add_argument("--queue", help="the queue of every row (for a file without a queue column)")
+    for field in ("queue", "key", "payload", "scheduled_at"):
+        job.add_argument(
+            f"--{field.replace('_', '-')}-column",
+            default=field,
+            metavar="NAME",
+            help=f"the input column holding `{field}` (default: {field})",
+        )
+    job.add_argument(
+        "--if-exists",
+        choices=["update", "ignore"],
+        default="update",
+        help="when a key is scheduled already (default: update, as the API)",
+    )
+    job.add_argument("--rejects", help="where invalid rows go, as Parquet (default: INPUT.rejects)")
+    job.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
+    job.set_defaults(run=_pipeline_import)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="hourglass", description="Hourglass delayed-message service"
@@ -89,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
 
     openapi = commands.add_parser("openapi", help="print the OpenAPI document (YAML)")
     openapi.set_defaults(run=_openapi)
+
+    _add_pipeline(commands)
 
     arguments = parser.parse_args(argv)
     logging.basicConfig(

@@ -46,8 +46,7 @@ from app.storage.tables import delayed_queue as queue_table
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# Keys per `SELECT … WHERE "pKey" IN (…)` and rows per multi-row INSERT in a batch.
-_EXISTING_KEYS_CHUNK = 500
+# Rows per multi-row INSERT in a batch (SPEC §2).
 _INSERT_CHUNK = 200
 # Dead letters moved back per transaction by a redrive.
 _REDRIVE_CHUNK = 500
@@ -160,30 +159,18 @@ class SqlStore:
         )
 
     def messages_offer_many(self, queue: str, offers: Sequence[Offer], now: int) -> list[Outcome]:
-        """Offer many messages; outcomes in input order, a repeated key as if offered in sequence."""
+        """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
+
+        The first occurrence of each key goes in with multi-row INSERTs that skip
+        existing keys; what they did not insert existed, and takes the one-by-one
+        path of a single offer (decision 8: no SELECT of existing keys first).
+        """
         first_index: dict[str, int] = {}
         for index, offer in enumerate(offers):
             first_index.setdefault(offer.key, index)
 
-        existing: set[str] = set()
-        unique_keys = list(first_index)
-        for chunk in _chunks(unique_keys, _EXISTING_KEYS_CHUNK):
-            existing.update(
-                self._read(
-                    lambda connection, chunk=chunk: (
-                        connection.execute(
-                            self.dialect.existing_keys, {"queue": queue, "keys": chunk}
-                        )
-                        .scalars()
-                        .all()
-                    )
-                )
-            )
-
-        # The first occurrence of each new key goes in with multi-row INSERTs.
-        new_indexes = [index for key, index in first_index.items() if key not in existing]
         created: set[str] = set()
-        for chunk in _chunks(new_indexes, _INSERT_CHUNK):
+        for chunk in _chunks(list(first_index.values()), _INSERT_CHUNK):
             rows = [_row(queue, offers[index], now) for index in chunk]
             created.update(
                 self._autocommit(
@@ -198,7 +185,7 @@ class SqlStore:
             first = first_index[offer.key] == index
             if first and offer.key in created:
                 outcomes.append(Outcome.CREATED)
-            elif offer.if_exists is IfExists.IGNORE and (not first or offer.key in existing):
+            elif offer.if_exists is IfExists.IGNORE:
                 # The key exists: it was there before, or an earlier item created it.
                 outcomes.append(Outcome.IGNORED)
             else:

@@ -1,0 +1,96 @@
+"""One input row checked by the HTTP API's rules (SPEC §3), in plain Python.
+
+The import runs this on Spark's executors, so a row the service would refuse is
+refused here for the same reason, by the same code: the name and key patterns
+of app/api/schemas.py, the payload encoding of app/queue/payloads.py, and the
+RFC 3339 parsing of the API.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from app.api.schemas import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
+from app.queue.errors import InvalidPayload, PayloadTooLarge
+from app.queue.payloads import encode_payload
+
+_QUEUE = re.compile(QUEUE_PATTERN)
+# One decoder for every row (json.loads with an option builds one per call).
+_DECODER = json.JSONDecoder(parse_constant=lambda name: _not_json(name))
+_KEY = re.compile(KEY_PATTERN)
+_RFC3339 = re.compile(RFC3339_PATTERN)
+
+
+class Reason:
+    """Why a row was rejected: the `reason` column of the rejects dataset."""
+
+    MISSING_QUEUE = "missing_queue"
+    INVALID_QUEUE = "invalid_queue"
+    MISSING_KEY = "missing_key"
+    INVALID_KEY = "invalid_key"
+    MISSING_PAYLOAD = "missing_payload"
+    INVALID_PAYLOAD = "invalid_payload"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    INVALID_SCHEDULED_AT = "invalid_scheduled_at"
+    DUPLICATE_KEY = "duplicate_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A row as it would be stored, or the reason it cannot be."""
+
+    reason: str | None
+    payload: bytes | None = None
+    scheduled_at: int | None = None  # epoch ms
+
+
+def check_row(
+    queue: str | None,
+    key: str | None,
+    payload: str | None,
+    scheduled_at: str | None,
+    *,
+    now_ms: int,
+    max_payload_bytes: int,
+) -> Checked:
+    """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now."""
+    if not queue:
+        return Checked(Reason.MISSING_QUEUE)
+    if not _QUEUE.fullmatch(queue):
+        return Checked(Reason.INVALID_QUEUE)
+    if key is None or key == "":
+        return Checked(Reason.MISSING_KEY)
+    if not _KEY.fullmatch(key):
+        return Checked(Reason.INVALID_KEY)
+    if payload is None:
+        return Checked(Reason.MISSING_PAYLOAD)
+    try:
+        stored = encode_payload(_DECODER.decode(payload), max_payload_bytes)
+    except (ValueError, InvalidPayload):
+        return Checked(Reason.INVALID_PAYLOAD)
+    except PayloadTooLarge:
+        return Checked(Reason.PAYLOAD_TOO_LARGE)
+    if scheduled_at is None or scheduled_at == "":
+        return Checked(None, stored, now_ms)
+    if not _RFC3339.fullmatch(scheduled_at):
+        return Checked(Reason.INVALID_SCHEDULED_AT)
+    try:
+        return Checked(None, stored, _parse_timestamp(scheduled_at))
+    except (ValueError, OverflowError):
+        return Checked(Reason.INVALID_SCHEDULED_AT)
+
+
+# Bulk data repeats its times: parse each distinct one once per worker.
+_parse_timestamp = lru_cache(maxsize=65536)(parse_timestamp)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_text(value: object) -> str:
+    """JSON text of a value read from a JSON line (the payload, whatever its type)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

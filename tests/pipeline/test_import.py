@@ -1,0 +1,139 @@
+"""`hourglass pipeline import` on every database: counts that add up, rejects with
+reasons, and a second run that creates nothing."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.pipeline.importer import ImportCounts, run_import
+from app.queue.models import IfExists
+from tests.conftest import START_MS
+from tests.helpers import stored_rows
+
+GOOD = [
+    ("reminders", "user-1", '{"text": "hi"}', "2026-11-27T09:00:00Z"),
+    ("reminders", "user-2", "[1, 2]", "2026-11-27T11:00:00+02:00"),
+    ("reminders", "user/3", '"plain text"', ""),  # no time: due now
+    ("billing", "user-1", "42", "2026-12-01T00:00:00Z"),  # same key, another queue
+]
+BAD = [
+    ("reminders", "user-4", "not json", "2026-11-27T09:00:00Z"),
+    ("no spaces allowed", "user-5", "1", "2026-11-27T09:00:00Z"),
+    ("reminders", "user-6", "1", "next friday"),
+]
+DUPLICATE = ("reminders", "user-1", '{"text": "older"}', "2026-11-26T09:00:00Z")
+
+
+def _write_csv(path, rows) -> str:
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "scheduled_at"])
+        writer.writerows(rows)
+    return str(path)
+
+
+def _import(spark, database, path, tmp_path, *, if_exists=IfExists.UPDATE, fmt="csv", **options):
+    return run_import(
+        spark,
+        input_path=path,
+        input_format=fmt,
+        database_url=database.url,
+        rejects_path=str(tmp_path / "rejects"),
+        columns=options.pop("columns", {}),
+        queue=options.pop("queue", None),
+        if_exists=if_exists,
+        now_ms=START_MS,
+        max_payload_bytes=262_144,
+        **options,
+    )
+
+
+def test_an_import_schedules_the_valid_rows_and_rejects_the_rest(spark, clean_database, tmp_path):
+    path = _write_csv(tmp_path / "in.csv", GOOD + BAD + [DUPLICATE])
+    counts = _import(spark, clean_database, path, tmp_path)
+    assert counts == ImportCounts(rows=8, created=4, updated=0, ignored=0, rejected=4, duplicates=1)
+
+    stored = {(row["pKind"], row["pKey"]): row for row in stored_rows(clean_database.url)}
+    assert set(stored) == {(queue, key) for queue, key, _, _ in GOOD}
+    assert stored["reminders", "user-1"]["payload"] == b'{"text":"hi"}'  # the later one won
+    assert stored["reminders", "user-2"]["scheduledAt"] == START_MS + 86_400_000
+    assert stored["reminders", "user/3"]["scheduledAt"] == START_MS
+    assert {row["createdAt"] for row in stored.values()} == {START_MS}
+
+    rejects = {
+        (row["key"], row["reason"])
+        for row in spark.read.parquet(str(tmp_path / "rejects")).collect()
+    }
+    assert rejects == {
+        ("user-4", "invalid_payload"),
+        ("user-5", "invalid_queue"),
+        ("user-6", "invalid_scheduled_at"),
+        ("user-1", "duplicate_key"),
+    }
+
+
+@pytest.mark.parametrize("if_exists", [IfExists.UPDATE, IfExists.IGNORE])
+def test_running_it_again_creates_nothing(spark, clean_database, tmp_path, if_exists):
+    path = _write_csv(tmp_path / "in.csv", GOOD + BAD)
+    first = _import(spark, clean_database, path, tmp_path, if_exists=if_exists)
+    before = stored_rows(clean_database.url)
+    again = _import(spark, clean_database, path, tmp_path, if_exists=if_exists)
+    assert (first.created, again.created, again.updated) == (4, 0, 0)
+    assert again.ignored == 4 and again.rejected == 3
+    assert stored_rows(clean_database.url) == before
+
+
+def test_a_changed_row_updates_or_is_ignored(spark, clean_database, tmp_path):
+    _import(spark, clean_database, _write_csv(tmp_path / "a.csv", GOOD), tmp_path)
+    changed = [("reminders", "user-1", '{"text": "changed"}', "2026-11-27T09:00:00Z"), *GOOD[1:]]
+    path = _write_csv(tmp_path / "b.csv", changed)
+    ignored = _import(spark, clean_database, path, tmp_path, if_exists=IfExists.IGNORE)
+    assert (ignored.updated, ignored.ignored) == (0, 4)
+    updated = _import(spark, clean_database, path, tmp_path)
+    assert (updated.updated, updated.ignored) == (1, 3)
+    rows = {(row["pKind"], row["pKey"]): row for row in stored_rows(clean_database.url)}
+    assert rows["reminders", "user-1"]["payload"] == b'{"text":"changed"}'
+
+
+def test_json_lines_into_one_queue(spark, clean_database, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        '{"id": "a", "body": {"nested": [true, null]}, "at": "2026-11-27T09:00:00Z"}\n'
+        '{"id": "b", "body": 7}\n'
+        "{broken\n"
+    )
+    counts = _import(
+        spark,
+        clean_database,
+        str(path),
+        tmp_path,
+        fmt="json",
+        queue="events",
+        columns={"key": "id", "payload": "body", "scheduled_at": "at"},
+    )
+    assert (counts.created, counts.rejected, counts.rows) == (2, 1, 3)
+    payloads = {row["pKey"]: row["payload"] for row in stored_rows(clean_database.url)}
+    assert payloads == {"a": b'{"nested":[true,null]}', "b": b"7"}
+
+
+def test_the_command_line_prints_the_counts(clean_database, tmp_path):
+    path = _write_csv(tmp_path / "in.csv", GOOD + BAD)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "pipeline", "import", path, "--master", "local[1]"],
+        env={**os.environ, "HOURGLASS_DATABASE_URL": clean_database.url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert "created: 4" in lines and "rejected: 3 (0 duplicate keys)" in lines
+    assert "rows: 7" in lines
+    assert "rows written" in result.stderr  # progress
+    assert os.path.isdir(path + ".rejects")

@@ -1,0 +1,55 @@
+"""The import's row check: the HTTP API's rules, row by row, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.pipeline.rows import Reason, check_row
+
+NOW = 1_795_683_600_000
+
+
+def check(queue="q", key="k", payload="1", scheduled_at="2026-11-27T09:00:00Z", limit=100):
+    return check_row(queue, key, payload, scheduled_at, now_ms=NOW, max_payload_bytes=limit)
+
+
+def test_a_valid_row_is_stored_as_the_api_would_store_it():
+    checked = check(
+        payload='{ "b": [1, 2.5, null], "é": "ü" }', scheduled_at="2026-11-27T11:00:00+02:00"
+    )
+    assert checked.reason is None
+    assert checked.payload == '{"b":[1,2.5,null],"é":"ü"}'.encode()
+    assert checked.scheduled_at == NOW + 24 * 3600 * 1000  # 09:00 UTC the next day
+
+
+def test_no_time_means_now():
+    assert check(scheduled_at=None).scheduled_at == NOW
+    assert check(scheduled_at="").scheduled_at == NOW
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"queue": None}, Reason.MISSING_QUEUE),
+        ({"queue": "no spaces"}, Reason.INVALID_QUEUE),
+        ({"queue": "q" * 101}, Reason.INVALID_QUEUE),
+        ({"key": None}, Reason.MISSING_KEY),
+        ({"key": "k" * 201}, Reason.INVALID_KEY),
+        ({"key": "tab\there"}, Reason.INVALID_KEY),
+        ({"payload": None}, Reason.MISSING_PAYLOAD),
+        ({"payload": "not json"}, Reason.INVALID_PAYLOAD),
+        ({"payload": "NaN"}, Reason.INVALID_PAYLOAD),
+        ({"payload": '{"a": Infinity}'}, Reason.INVALID_PAYLOAD),
+        ({"payload": '"' + "x" * 200 + '"'}, Reason.PAYLOAD_TOO_LARGE),
+        ({"scheduled_at": "tomorrow"}, Reason.INVALID_SCHEDULED_AT),
+        ({"scheduled_at": "2026-11-27T09:00:00"}, Reason.INVALID_SCHEDULED_AT),  # no zone
+        ({"scheduled_at": "2026-02-30T09:00:00Z"}, Reason.INVALID_SCHEDULED_AT),
+        ({"scheduled_at": "0001-01-01T00:00:00+01:00"}, Reason.INVALID_SCHEDULED_AT),
+    ],
+)
+def test_rows_the_api_would_refuse_are_refused_with_a_reason(fields, reason):
+    assert check(**fields).reason == reason
+
+
+def test_a_key_may_hold_slashes_and_any_printable_character():
+    assert check(key="user/42/friday 09:00 ✓").reason is None
