@@ -56,6 +56,12 @@ def _pipeline_import(arguments: argparse.Namespace, settings: Settings) -> None:
     main_import(arguments, settings)
 
 
+def _pipeline_report(arguments: argparse.Namespace, settings: Settings) -> None:
+    from app.pipeline.report import main_report
+
+    main_report(arguments, settings)
+
+
 def _add_pipeline(commands) -> None:
     from app.pipeline import BATCH_SIZE, FORMATS
 
@@ -92,6 +98,19 @@ def _add_pipeline(commands) -> None:
     job.add_argument("--rejects", help="where invalid rows go, as Parquet (default: INPUT.rejects)")
     job.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
     job.set_defaults(run=_pipeline_import)
+
+    report = jobs.add_parser(
+        "report",
+        parents=[spark],
+        help="delivery statistics per queue and hour, a forecast, charts",
+    )
+    report.add_argument(
+        "--output", default="hourglass-report", help="directory (default: hourglass-report)"
+    )
+    report.add_argument(
+        "--days", type=int, default=7, help="how far ahead the forecast looks (default: 7)"
+    )
+    report.set_defaults(run=_pipeline_report)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,6 @@ OFFER = (
     f"INSERT INTO delayed_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
     'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
 )
-EXISTING_KEYS = 'SELECT "pKey" FROM delayed_queue WHERE "pKind" = %s AND "pKey" = ANY(%s)'
 OFFER_ROWS = (
     f"INSERT INTO delayed_queue ({_COLUMNS}) "
     "SELECT k, %s, p, s, s, %s FROM unnest(%s::varchar[], %s::bytea[], %s::bigint[]) AS t(k, p, s) "
@@ -62,8 +61,7 @@ PREFILL = (
     "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
     "FROM generate_series(1, %(count)s) AS g"
 )
-# Rows per SELECT of existing keys and per INSERT in a batch (SPEC §2).
-EXISTING_CHUNK = 500
+# Rows per INSERT in a batch (SPEC §2; no lookup of existing keys first: decision 8).
 INSERT_CHUNK = 200
 
 
@@ -186,16 +184,9 @@ class CeilingWorker:
 
     async def offer_batch(self, keys: Sequence[str], payload: bytes) -> None:
         now = now_ms()
-        existing: set[str] = set()
         async with self.connection.cursor() as cursor:
-            for start in range(0, len(keys), EXISTING_CHUNK):
-                await cursor.execute(
-                    EXISTING_KEYS, (QUEUE, list(keys[start : start + EXISTING_CHUNK]))
-                )
-                existing.update(row[0] for row in await cursor.fetchall())
-            new = [key for key in keys if key not in existing]
-            for start in range(0, len(new), INSERT_CHUNK):
-                chunk = new[start : start + INSERT_CHUNK]
+            for start in range(0, len(keys), INSERT_CHUNK):
+                chunk = list(keys[start : start + INSERT_CHUNK])
                 await cursor.execute(
                     OFFER_ROWS, (QUEUE, now, chunk, [payload] * len(chunk), [now] * len(chunk))
                 )

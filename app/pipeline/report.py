@@ -1,0 +1,222 @@
+"""`hourglass pipeline report`: how well the queues keep time, read through Spark's JDBC source.
+
+Reads `delivery_history` and `delayed_queue` in partitions by `id` range, and
+writes into the output directory:
+- `hourly/`: per queue and UTC hour (by when messages finished): finished,
+  deliveries, redeliveries, acknowledgements, dead letters, dropped, lateness
+  and processing-time percentiles (Parquet);
+- `forecast/`: messages coming due per queue and hour for the next days (Parquet);
+- `summary.json`: the same per queue over the whole history, and what is ready now;
+- `lateness.png` and `forecast.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
+
+from app.pipeline import reports
+from app.storage.tables import delayed_queue, delivery_history
+
+# Rows per partition of a JDBC read, roughly.
+ROWS_PER_PARTITION = 250_000
+
+
+def jdbc_source(database_url: str) -> tuple[str, dict[str, str]]:
+    """The JDBC URL and connection properties for a SQLAlchemy database URL."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return f"jdbc:sqlite:{url.database}", {"driver": "org.sqlite.JDBC"}
+    if backend == "postgresql":
+        port = f":{url.port}" if url.port else ""
+        properties = {"driver": "org.postgresql.Driver", "user": url.username or ""}
+        if url.password:
+            properties["password"] = url.password
+        return f"jdbc:postgresql://{url.host or 'localhost'}{port}/{url.database}", properties
+    raise ValueError(f"no JDBC source for {backend} URLs")
+
+
+def read_table(spark: SparkSession, database_url: str, table, columns: dict[str, str]) -> DataFrame:
+    """`columns` of `table` (name: Spark type), read in partitions by id range (the
+    bounds asked of the database). The types are set here: SQLite's driver reads
+    BIGINT as a decimal."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            low, high, count = connection.execute(
+                select(func.min(table.c.id), func.max(table.c.id), func.count())
+            ).one()
+    finally:
+        engine.dispose()
+    jdbc_url, properties = jdbc_source(database_url)
+    quoted = ", ".join(f'"{column}"' for column in columns)
+    query = f'(SELECT {quoted} FROM {table.name}) AS "{table.name}"'
+    if not count:
+        read = spark.read.jdbc(jdbc_url, query, properties=properties)
+    else:
+        read = spark.read.jdbc(
+            jdbc_url,
+            query,
+            column="id",
+            lowerBound=low,
+            upperBound=high + 1,
+            numPartitions=max(1, min(64, math.ceil(count / ROWS_PER_PARTITION))),
+            properties=properties,
+        )
+    return read.select(*(F.col(name).cast(kind).alias(name) for name, kind in columns.items()))
+
+
+def run_report(
+    spark: SparkSession, *, database_url: str, output: str, now_ms: int, days: int
+) -> dict[str, Any]:
+    """Write the datasets, the summary and the charts; the summary."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    history = read_table(
+        spark,
+        database_url,
+        delivery_history,
+        {
+            "id": "long",
+            "queue": "string",
+            "key": "string",
+            "scheduledAt": "long",
+            "createdAt": "long",
+            "firstDeliveredAt": "long",
+            "lastDeliveredAt": "long",
+            "deliveries": "int",
+            "outcome": "string",
+            "finishedAt": "long",
+        },
+    ).persist()
+    live = read_table(
+        spark,
+        database_url,
+        delayed_queue,
+        {"id": "long", "pKind": "string", "scheduledAt": "long", "lockUuid": "string"},
+    ).persist()
+    try:
+        hourly = reports.hourly(history)
+        hourly.write.mode("overwrite").parquet(str(out / "hourly"))
+        coming = reports.forecast(live, now_ms=now_ms, days=days)
+        coming.write.mode("overwrite").parquet(str(out / "forecast"))
+        summary = _summary(history, live, coming, now_ms=now_ms, days=days)
+        overall = reports.history_stats(history, "hour")
+        _charts(out, overall.collect(), coming.collect())
+    finally:
+        history.unpersist()
+        live.unpersist()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def _summary(history: DataFrame, live: DataFrame, coming: DataFrame, *, now_ms: int, days: int):
+    per_queue = {
+        row["queue"]: _plain(row) for row in reports.history_stats(history, "queue").collect()
+    }
+    ready = {row["queue"]: _plain(row) for row in reports.ready_now(live, now_ms=now_ms).collect()}
+    due = {
+        row["queue"]: row["coming_due"]
+        for row in coming.groupBy("queue").agg(F.sum("coming_due").alias("coming_due")).collect()
+    }
+    totals = reports.history_stats(history.withColumn("all", F.lit(True)), "all").collect()
+    queues = sorted(set(per_queue) | set(ready) | set(due))
+    return {
+        "generated_at": _iso(now_ms),
+        "forecast_days": days,
+        "history": {
+            "rows": history.count(),
+            "from": _iso(history.agg(F.min("finishedAt")).first()[0]),
+            "to": _iso(history.agg(F.max("finishedAt")).first()[0]),
+            "all_queues": _plain(totals[0]) if totals else None,
+        },
+        "queues": {
+            queue: {
+                "finished": per_queue.get(queue),
+                "ready_now": ready.get(queue, {}).get("ready", 0),
+                "oldest_ready_s": ready.get(queue, {}).get("oldest_ready_s"),
+                "coming_due": due.get(queue, 0),
+            }
+            for queue in queues
+        },
+    }
+
+
+def _plain(row) -> dict[str, Any]:
+    return {name: value for name, value in row.asDict().items() if name not in ("queue", "all")}
+
+
+def _iso(epoch_ms: int | None) -> str | None:
+    if epoch_ms is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))
+
+
+def _charts(out: Path, hourly_rows: list, forecast_rows: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files, no display
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(10, 4.5))
+    hours = [row["hour"] for row in hourly_rows]
+    for fraction in reports.PERCENTILES:
+        name = f"lateness_p{round(fraction * 100)}_s"
+        axes.plot(hours, [row[name] for row in hourly_rows], marker="o", label=name.split("_")[1])
+    axes.set_title("Lateness: first delivery minus the time asked for, all queues")
+    axes.set_xlabel("hour the messages finished (UTC)")
+    axes.set_ylabel("seconds")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    figure.savefig(out / "lateness.png", dpi=100)
+    pyplot.close(figure)
+
+    figure, axes = pyplot.subplots(figsize=(10, 4.5))
+    totals: dict[Any, int] = {}
+    for row in forecast_rows:
+        totals[row["hour"]] = totals.get(row["hour"], 0) + row["coming_due"]
+    axes.bar(list(totals), list(totals.values()), width=1 / 24, align="edge")
+    axes.set_title("Messages coming due per hour, all queues")
+    axes.set_xlabel("hour (UTC)")
+    axes.set_ylabel("messages")
+    axes.grid(True, axis="y", alpha=0.3)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    figure.savefig(out / "forecast.png", dpi=100)
+    pyplot.close(figure)
+
+
+def main_report(arguments, settings) -> None:
+    """The command line's `pipeline report`."""
+    from app.config import normalize_database_url
+    from app.pipeline.spark import spark_session
+
+    database_url = (
+        normalize_database_url(arguments.database_url)
+        if arguments.database_url
+        else settings.database_url
+    )
+    spark = spark_session("hourglass report", master=arguments.master, jars=arguments.jars)
+    try:
+        summary = run_report(
+            spark,
+            database_url=database_url,
+            output=arguments.output,
+            now_ms=time.time_ns() // 1_000_000,
+            days=arguments.days,
+        )
+    finally:
+        spark.stop()
+    print(json.dumps(summary, indent=2, default=str))
+    print(f"report: {arguments.output}")

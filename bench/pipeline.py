@@ -1,0 +1,206 @@
+"""The import's benchmark: `hourglass pipeline import` of N rows against the raw-SQL
+batch-insert ceiling, in one run on one PostgreSQL database.
+
+    python bench/pipeline.py                  # 1,000,000 rows, 3 rounds (~5 min)
+    python bench/pipeline.py --rows 100000 --rounds 1
+
+The ceiling inserts the same rows with the statement the store's batch offer
+sends on PostgreSQL (INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING
+RETURNING, 200 rows each), from one connection per core, with no Spark, no
+validation and no SQLAlchemy. The import runs as a user runs it, `hourglass
+pipeline import` on local Spark with every core; its rate is given with and
+without the Spark session's start. Each round starts from an empty, vacuumed
+table; the figure is the median of the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from psycopg import sql
+from psycopg.types.array import ListBinaryDumper
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+
+from hourglass import INSERT_CHUNK, OFFER_ROWS
+
+from app.storage.schema import upgrade_to_head
+
+QUEUE = "bulk"
+DUE = "2026-12-01T09:00:00Z"
+DUE_MS = 1_796_115_600_000
+
+
+def _fresh_database(dsn: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    upgrade_to_head(dsn)
+
+
+def _empty(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("TRUNCATE delayed_queue")
+        connection.execute("VACUUM ANALYZE delayed_queue")
+
+
+def _payload(number: int) -> str:
+    return f'{{"user":{number},"text":"Your trial ends on Friday"}}'
+
+
+def _dataset(path: Path, rows: int) -> None:
+    pq.write_table(
+        pa.table(
+            {
+                "key": [f"user-{n}" for n in range(rows)],
+                "payload": [_payload(n) for n in range(rows)],
+                "scheduled_at": [DUE] * rows,
+            }
+        ),
+        path,
+    )
+
+
+def ceiling(dsn: str, rows: int, connections: int) -> float:
+    """Rows a second the store's batch INSERT reaches with no Spark and no Python checks."""
+    keys = [f"user-{n}" for n in range(rows)]
+    payloads = [_payload(n).encode() for n in range(rows)]
+    share = -(-rows // connections)
+    errors: list[BaseException] = []
+
+    def insert(part: int) -> None:
+        try:
+            with psycopg.connect(
+                dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
+            ) as connection:
+                connection.adapters.register_dumper(list, ListBinaryDumper)
+                now = time.time_ns() // 1_000_000
+                with connection.cursor() as cursor:
+                    for start in range(part * share, min(rows, (part + 1) * share), INSERT_CHUNK):
+                        chunk = keys[start : start + INSERT_CHUNK]
+                        cursor.execute(
+                            OFFER_ROWS,
+                            (
+                                QUEUE,
+                                now,
+                                chunk,
+                                payloads[start : start + len(chunk)],
+                                [DUE_MS] * len(chunk),
+                            ),
+                        )
+                        cursor.fetchall()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=insert, args=(part,)) for part in range(connections)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return rows / elapsed
+
+
+def hourglass_import(dsn: str, path: Path, rows: int) -> dict[str, float]:
+    """The command as a user runs it; its rate with and without the Spark session's start."""
+    started = time.perf_counter()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "pipeline",
+            "import",
+            str(path),
+            "--queue",
+            QUEUE,
+            "--database-url",
+            dsn,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    printed = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    if int(printed["created"]) != rows:
+        raise RuntimeError(f"the import created {printed['created']} of {rows} rows")
+    job = float(printed["import seconds"])
+    return {
+        "end_to_end": rows / elapsed,
+        "without_startup": rows / job,
+        "startup_s": float(printed["spark startup seconds"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--database-url", default="postgresql://root@127.0.0.1:5432/hourglass_bench_import"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    _fresh_database(args.database_url)
+    cores = os.cpu_count() or 1
+    figures: dict[str, list[float]] = {
+        "ceiling": [],
+        "end_to_end": [],
+        "without_startup": [],
+        "startup_s": [],
+    }
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "rows.parquet"
+        _dataset(path, args.rows)
+        for _ in range(args.rounds):  # interleaved, so drift in the machine hits both
+            _empty(args.database_url)
+            figures["ceiling"].append(ceiling(args.database_url, args.rows, cores))
+            _empty(args.database_url)
+            for name, value in hourglass_import(args.database_url, path, args.rows).items():
+                figures[name].append(value)
+            print({name: round(values[-1], 1) for name, values in figures.items()}, flush=True)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    print(
+        f"{args.rows:,} rows, {cores} cores, medians of {args.rounds}: "
+        f"ceiling {medians['ceiling']:,.0f} rows/s; import {medians['without_startup']:,.0f} rows/s "
+        f"without Spark's start (x{medians['without_startup'] / medians['ceiling']:.2f}), "
+        f"{medians['end_to_end']:,.0f} end to end (x{medians['end_to_end'] / medians['ceiling']:.2f}); "
+        f"Spark starts in {medians['startup_s']:.1f} s"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"rows": args.rows, "cores": cores, "rounds": figures, "medians": medians}, indent=2
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
