@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,11 +20,12 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from app.config import normalize_database_url
 from app.pipeline import BATCH_SIZE, transforms
 from app.pipeline.rows import Reason
-from app.queue.models import IfExists, Offer, Outcome
+from app.queue.models import IfExists, Offer
 
 
 @dataclass(frozen=True)
@@ -81,52 +83,46 @@ def run_import(
     batch_size: int = BATCH_SIZE,
     progress=None,
 ) -> ImportCounts:
-    """Validate, write the rejects, offer the rest; the counts, which add up to the rows."""
-    # Partitions of the write: a few per core, so that progress shows and work evens out.
-    spark.conf.set("spark.sql.shuffle.partitions", 4 * spark.sparkContext.defaultParallelism)
+    """Check, offer and count every row in one pass; write the rejects; the counts,
+    which add up to the rows read."""
+    partitions = 4 * spark.sparkContext.defaultParallelism  # a few per core: progress shows
     raw = read_input(spark, input_path, input_format)
     normalized = transforms.normalize(
         raw, json_lines=input_format == "json", columns=columns, queue=queue
     )
-    checked = transforms.resolve_duplicates(
-        transforms.validate(normalized, now_ms=now_ms, max_payload_bytes=max_payload_bytes)
-    ).persist()
-    started = time.monotonic()
+    rows = transforms.co_locate(normalized, 1 if database_url.startswith("sqlite") else partitions)
+    seen = spark.sparkContext.accumulator(0)
+    written = spark.sparkContext.accumulator(0)
+    work = _check_and_write(
+        database_url, if_exists, now_ms, max_payload_bytes, batch_size, seen, written
+    )
+    # One action runs the pass: its output (the rejects, and one row of counts per
+    # partition) goes to a scratch dataset, read back below.
+    scratch = f"{rejects_path.rstrip('/')}.partial-{uuid.uuid4().hex[:8]}"
+    reporter = _Progress(spark, seen, written, progress) if progress else None
     try:
-        rows = checked.count()
-        rejects = transforms.rejected_rows(checked)
-        rejects.write.mode("overwrite").parquet(rejects_path)
-        reasons = dict(rejects.groupBy("reason").count().collect())
-        rejected = sum(reasons.values())
-        if progress:
-            print(
-                f"import: {rows:,} rows checked, {rejected:,} rejected "
-                f"({time.monotonic() - started:.0f} s); writing",
-                file=progress,
-                flush=True,
-            )
-
-        valid = transforms.valid_rows(checked)
-        if database_url.startswith("sqlite"):
-            valid = valid.coalesce(1)  # one writer: SQLite serialises them anyway
-        written = spark.sparkContext.accumulator(0)
-        writer = _writer(database_url, if_exists, now_ms, batch_size, written)
-        reporter = _Progress(spark, written, rows - rejected, progress) if progress else None
-        try:
-            outcomes = valid.mapInArrow(
-                writer, "created long, updated long, ignored long"
-            ).collect()
-        finally:
-            if reporter:
-                reporter.stop()
+        rows.mapInArrow(work, _OUTPUT).write.parquet(scratch)
     finally:
-        checked.unpersist()
+        if reporter:
+            reporter.stop()
+    try:
+        output = spark.read.parquet(scratch)
+        totals = (
+            output.where(F.col("reason").isNull())
+            .agg(*(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in _COUNTS))
+            .first()
+        )
+        rejects = output.where(F.col("reason").isNotNull()).select(*transforms.FIELDS, "reason")
+        rejects.write.mode("overwrite").parquet(rejects_path)
+        reasons = dict(spark.read.parquet(rejects_path).groupBy("reason").count().collect())
+    finally:
+        _remove(spark, scratch)
     counts = ImportCounts(
-        rows=rows,
-        created=sum(row.created for row in outcomes),
-        updated=sum(row.updated for row in outcomes),
-        ignored=sum(row.ignored for row in outcomes),
-        rejected=rejected,
+        rows=totals["seen"],
+        created=totals["created"],
+        updated=totals["updated"],
+        ignored=totals["ignored"],
+        rejected=sum(reasons.values()),
         duplicates=reasons.get(Reason.DUPLICATE_KEY, 0),
     )
     if counts.created + counts.updated + counts.ignored + counts.rejected != counts.rows:
@@ -134,58 +130,114 @@ def run_import(
     return counts
 
 
-def _writer(database_url: str, if_exists: IfExists, now_ms: int, batch_size: int, written):
-    """What each executor runs on its partitions: offers in batches, counted by outcome."""
+_COUNTS = ("seen", "created", "updated", "ignored")
+_OUTPUT = (
+    "queue string, key string, payload string, scheduled_at string, reason string, "
+    "seen long, created long, updated long, ignored long"
+)
+_OUTPUT_ARROW = pa.schema(
+    [(name, pa.string()) for name in (*transforms.FIELDS, "reason")]
+    + [(name, pa.int64()) for name in _COUNTS]
+)
+# Rejects per output batch.
+_REJECTS_BATCH = 10_000
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+def _check_and_write(
+    database_url: str,
+    if_exists: IfExists,
+    now_ms: int,
+    max_payload_bytes: int,
+    batch_size: int,
+    seen,
+    written,
+):
+    """What each executor runs on a partition: judge every row, offer the winners in
+    batches through the service's batch-offer code, and yield the rejects and a count."""
+
+    def work(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from app.config import Settings
         from app.storage.engine import create_store
 
         store = create_store(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
-        counts: Counter[Outcome] = Counter()
+        counts: Counter[str] = Counter()
         pending: dict[str, list[Offer]] = {}
+        rejects: dict[str, list] = {name: [] for name in (*transforms.FIELDS, "reason")}
+
+        def rows() -> Iterator[dict]:
+            for batch in batches:
+                data = batch.to_pydict()
+                names = list(data)
+                for values in zip(*data.values(), strict=True):
+                    counts["seen"] += 1
+                    yield dict(zip(names, values, strict=True))
+                seen.add(batch.num_rows)
 
         def flush(queue: str) -> None:
             offers = pending.pop(queue)
-            counts.update(store.messages_offer_many(queue, offers, now_ms))
+            counts.update(
+                outcome.value for outcome in store.messages_offer_many(queue, offers, now_ms)
+            )
             written.add(len(offers))
 
         try:
-            for batch in batches:
-                data = batch.to_pydict()
-                for queue, key, payload, due in zip(
-                    data["queue"],
-                    data["key"],
-                    data["stored_payload"],
-                    data["scheduled_ms"],
-                    strict=True,
-                ):
-                    offers = pending.setdefault(queue, [])
-                    offers.append(Offer(key, payload, due, if_exists))
+            for row, checked in transforms.judge(
+                rows(), now_ms=now_ms, max_payload_bytes=max_payload_bytes
+            ):
+                if checked.reason is None:
+                    offers = pending.setdefault(row["queue"], [])
+                    offers.append(
+                        Offer(row["key"], checked.payload, checked.scheduled_at, if_exists)
+                    )
                     if len(offers) >= batch_size:
-                        flush(queue)
+                        flush(row["queue"])
+                    continue
+                for name in transforms.FIELDS:
+                    rejects[name].append(row[name])
+                rejects["reason"].append(checked.reason)
+                if len(rejects["reason"]) >= _REJECTS_BATCH:
+                    yield _batch(rejects)
             for queue in list(pending):
                 flush(queue)
         finally:
             store.close()
+        if rejects["reason"]:
+            yield _batch(rejects)
         yield pa.RecordBatch.from_pydict(
-            {
-                "created": [counts[Outcome.CREATED]],
-                "updated": [counts[Outcome.UPDATED]],
-                "ignored": [counts[Outcome.IGNORED]],
-            }
+            {name: [None] for name in (*transforms.FIELDS, "reason")}
+            | {name: [counts[name]] for name in _COUNTS},
+            schema=_OUTPUT_ARROW,
         )
 
-    return write
+    return work
+
+
+def _batch(rejects: dict[str, list]) -> pa.RecordBatch:
+    """The rejects gathered so far as one output batch; `rejects` is emptied."""
+    size = len(rejects["reason"])
+    columns = {name: list(rejects[name]) for name in (*transforms.FIELDS, "reason")}
+    columns |= {name: [None] * size for name in _COUNTS}
+    for values in rejects.values():
+        values.clear()
+    return pa.RecordBatch.from_pydict(columns, schema=_OUTPUT_ARROW)
+
+
+def _remove(spark: SparkSession, path: str) -> None:
+    """Delete a dataset Spark wrote, on whatever file system it is."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(
+        hadoop_path, True
+    )
 
 
 class _Progress:
-    """Prints how many rows have been written, every few seconds, while the write runs."""
+    """Prints how many rows have been checked and written, every few seconds."""
 
-    def __init__(self, spark: SparkSession, written, total: int, out, every: float = 2.0) -> None:
+    def __init__(self, spark: SparkSession, seen, written, out, every: float = 2.0) -> None:
         self._tracker = spark.sparkContext.statusTracker()
+        self._seen = seen
         self._written = written
-        self._total = total
         self._out = out
         self._every = every
         self._done = threading.Event()
@@ -198,17 +250,16 @@ class _Progress:
             self._print()
 
     def _print(self) -> None:
-        tasks = [
+        stages = [
             info
             for stage in self._tracker.getActiveStageIds()
             if (info := self._tracker.getStageInfo(stage)) is not None
         ]
-        done = sum(info.numCompletedTasks for info in tasks)
-        total = sum(info.numTasks for info in tasks)
-        elapsed = time.monotonic() - self._started
+        done = sum(info.numCompletedTasks for info in stages)
+        total = sum(info.numTasks for info in stages)
         print(
-            f"import: {self._written.value:,} of {self._total:,} rows written, "
-            f"{done}/{total} partitions done, {elapsed:.0f} s",
+            f"import: {self._seen.value:,} rows checked, {self._written.value:,} written, "
+            f"{done}/{total} tasks done, {time.monotonic() - self._started:.0f} s",
             file=self._out,
             flush=True,
         )

@@ -1,29 +1,28 @@
-"""The import's transforms: pure functions from DataFrame to DataFrame.
+"""The import's transforms.
 
-    normalize  -> queue, key, payload (JSON text), scheduled_at (text), input_error
-    validate   -> + stored_payload, scheduled_ms, reason (null for a valid row)
-    resolve_duplicates -> reason `duplicate_key` for every valid row but one per key
-    valid_rows / rejected_rows -> what is written, and the rejects dataset
+    normalize (DataFrame) -> queue, key, payload (JSON text), scheduled_at (text), input_error
+    co_locate (DataFrame) -> the rows of each key together, in one partition
+    judge (rows, in Python) -> each row with its verdict: stored form, or a reason
 
-Each row is checked by app/pipeline/rows.py, the API's own rules, on the
-executors (mapInArrow: one Python pass over columnar batches).
+`judge` runs on the executors in the same Python pass that writes (one pass
+over columnar batches: a second one cost the import a third of its time), and
+checks each row by app/pipeline/rows.py, the API's own rules.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from app.pipeline.rows import Reason, check_row, json_text
+from app.pipeline.rows import Checked, Reason, check_row, json_text
 
 FIELDS = ("queue", "key", "payload", "scheduled_at")
 NORMALIZED = "queue string, key string, payload string, scheduled_at string, input_error string"
-VALIDATED = NORMALIZED + ", stored_payload binary, scheduled_ms long, reason string"
 # A JSON line that is not a JSON object with these fields.
 INVALID_LINE = "invalid_json_line"
 
@@ -105,75 +104,54 @@ def _text(value: object) -> str | None:
     return json_text(value)
 
 
-def validate(df: DataFrame, *, now_ms: int, max_payload_bytes: int) -> DataFrame:
-    """Adds the stored payload, the due time (epoch ms) and the reason a row is refused."""
-
-    def check(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            data = batch.to_pydict()
-            stored, due, reasons = [], [], []
-            for queue, key, payload, scheduled_at, error in zip(
-                data["queue"],
-                data["key"],
-                data["payload"],
-                data["scheduled_at"],
-                data["input_error"],
-                strict=True,
-            ):
-                if error is not None:
-                    stored.append(None)
-                    due.append(None)
-                    reasons.append(error)
-                    continue
-                checked = check_row(
-                    queue,
-                    key,
-                    payload,
-                    scheduled_at,
-                    now_ms=now_ms,
-                    max_payload_bytes=max_payload_bytes,
-                )
-                stored.append(checked.payload)
-                due.append(checked.scheduled_at)
-                reasons.append(checked.reason)
-            yield pa.RecordBatch.from_pydict(
-                data | {"stored_payload": stored, "scheduled_ms": due, "reason": reasons},
-                schema=_VALIDATED_ARROW,
-            )
-
-    return df.mapInArrow(check, VALIDATED)
-
-
 _NORMALIZED_ARROW = pa.schema([(name, pa.string()) for name in (*FIELDS, "input_error")])
-_VALIDATED_ARROW = pa.schema(
-    list(_NORMALIZED_ARROW)
-    + [("stored_payload", pa.binary()), ("scheduled_ms", pa.int64()), ("reason", pa.string())]
-)
 
 
-def resolve_duplicates(df: DataFrame) -> DataFrame:
-    """One valid row per (queue, key): the one due last, then the one with the greatest
-    stored payload (bytes), so the choice does not depend on the input's order or
-    partitioning. The others get reason `duplicate_key`."""
-    ranking = Window.partitionBy("queue", "key").orderBy(
-        F.col("reason").isNull().desc(),
-        F.col("scheduled_ms").desc(),
-        F.col("stored_payload").desc(),
-    )
-    rank = F.row_number().over(ranking)
-    return df.withColumn(
-        "reason",
-        F.when(F.col("reason").isNull() & (rank > 1), F.lit(Reason.DUPLICATE_KEY)).otherwise(
-            F.col("reason")
-        ),
-    )
+def co_locate(df: DataFrame, partitions: int) -> DataFrame:
+    """Every row of one (queue, key) in one partition, next to each other: duplicates
+    can then be resolved while the rows stream by."""
+    return df.repartition(partitions, "queue", "key").sortWithinPartitions("queue", "key")
 
 
-def valid_rows(df: DataFrame) -> DataFrame:
-    return df.where(F.col("reason").isNull()).select(
-        "queue", "key", "stored_payload", "scheduled_ms"
-    )
+def judge(
+    rows: Iterable[dict[str, str | None]], *, now_ms: int, max_payload_bytes: int
+) -> Iterator[tuple[dict[str, str | None], Checked]]:
+    """Each normalized row with its verdict, for rows that come grouped by (queue, key).
+
+    Of the valid rows of one key, the one due last wins, then the one with the
+    greatest stored payload (bytes), so the choice does not depend on the input's
+    order or partitioning; the others get reason `duplicate_key`. A winner is
+    yielded once its group has ended.
+    """
+    group: tuple[str | None, str | None] | None = None
+    best: tuple[dict[str, str | None], Checked] | None = None
+    for row in rows:
+        if row["input_error"] is not None:
+            yield row, Checked(row["input_error"])
+            continue
+        checked = check_row(
+            row["queue"],
+            row["key"],
+            row["payload"],
+            row["scheduled_at"],
+            now_ms=now_ms,
+            max_payload_bytes=max_payload_bytes,
+        )
+        if checked.reason is not None:
+            yield row, checked
+            continue
+        if (row["queue"], row["key"]) != group or best is None:
+            if best is not None:
+                yield best
+            group, best = (row["queue"], row["key"]), (row, checked)
+            continue
+        loser = (row, checked)
+        if _rank(checked) > _rank(best[1]):
+            loser, best = best, loser
+        yield loser[0], Checked(Reason.DUPLICATE_KEY)
+    if best is not None:
+        yield best
 
 
-def rejected_rows(df: DataFrame) -> DataFrame:
-    return df.where(F.col("reason").isNotNull()).select(*FIELDS, "reason")
+def _rank(checked: Checked) -> tuple[int, bytes]:
+    return checked.scheduled_at or 0, checked.payload or b""

@@ -79,8 +79,8 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgre
     writing = threading.Event()
 
     def watch() -> None:
-        for line in first.stderr:  # progress: "import: N of M rows written, …"
-            if " rows written" in line and not line.startswith("import: 0 of"):
+        for line in first.stderr:  # progress: "import: N rows checked, W written, …"
+            if " written, " in line and ", 0 written, " not in line:
                 writing.set()
         writing.set()  # it ended
 

@@ -135,5 +135,5 @@ def test_the_command_line_prints_the_counts(clean_database, tmp_path):
     lines = result.stdout.splitlines()
     assert "created: 4" in lines and "rejected: 3 (0 duplicate keys)" in lines
     assert "rows: 7" in lines
-    assert "rows written" in result.stderr  # progress
+    assert "rows checked" in result.stderr  # progress
     assert os.path.isdir(path + ".rejects")

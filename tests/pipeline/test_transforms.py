@@ -15,14 +15,6 @@ def _rows(df):
     return [row.asDict() for row in df.collect()]
 
 
-def _checked(spark, rows, **normalize):
-    df = spark.createDataFrame(
-        rows, "queue string, key string, payload string, scheduled_at string"
-    )
-    normalized = transforms.normalize(df, json_lines=False, columns={}, queue=None, **normalize)
-    return transforms.validate(normalized, now_ms=NOW, max_payload_bytes=1000)
-
-
 def test_normalize_maps_columns_and_fills_in_the_queue(spark):
     df = spark.createDataFrame(
         [("u1", '{"a": 1}', dt.datetime(2026, 11, 27, 9, 0, 0, 250000, tzinfo=dt.UTC))],
@@ -65,35 +57,64 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
     ]
 
 
-def test_validate_gives_the_stored_form_or_a_reason(spark):
-    checked = _rows(
-        _checked(
-            spark,
-            [("q", "a", '{ "n": 1 }', LATER), ("q", "b", "nope", LATER), ("bad q", "c", "1", None)],
-        )
-    )
-    assert [
-        (row["key"], row["stored_payload"], row["scheduled_ms"], row["reason"]) for row in checked
-    ] == [
-        ("a", b'{"n":1}', NOW + 86_400_000, None),
-        ("b", None, None, Reason.INVALID_PAYLOAD),
-        ("c", None, None, Reason.INVALID_QUEUE),
+def _row(queue, key, payload, scheduled_at=None, error=None):
+    return {
+        "queue": queue,
+        "key": key,
+        "payload": payload,
+        "scheduled_at": scheduled_at,
+        "input_error": error,
+    }
+
+
+def _judged(rows):
+    return [
+        (row["queue"], row["key"], checked.payload, checked.scheduled_at, checked.reason)
+        for row, checked in transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000)
     ]
 
 
-def test_of_duplicate_keys_the_latest_then_the_greatest_payload_wins(spark):
+def test_judge_gives_the_stored_form_or_a_reason():
     rows = [
-        ("q", "k", '"early"', "2026-11-27T08:00:00Z"),
-        ("q", "k", '"late-a"', LATER),
-        ("q", "k", '"late-b"', LATER),
-        ("q", "k", "broken", "2026-11-28T09:00:00Z"),  # invalid: never the winner
-        ("other", "k", '"own queue"', None),
+        _row("q", "a", '{ "n": 1 }', LATER),
+        _row("q", "b", "nope", LATER),
+        _row("bad q", "c", "1"),
+        _row(None, None, "not json", error=transforms.INVALID_LINE),
     ]
-    for order in (rows, list(reversed(rows))):  # the input's order does not matter
-        resolved = transforms.resolve_duplicates(_checked(spark, order))
-        valid = {
-            (row["queue"], row["stored_payload"]) for row in _rows(transforms.valid_rows(resolved))
-        }
-        assert valid == {("q", b'"late-b"'), ("other", b'"own queue"')}
-        reasons = sorted(row["reason"] for row in _rows(transforms.rejected_rows(resolved)))
+    assert sorted(_judged(rows), key=str) == sorted(
+        [
+            ("q", "a", b'{"n":1}', NOW + 86_400_000, None),
+            ("q", "b", None, None, Reason.INVALID_PAYLOAD),
+            ("bad q", "c", None, None, Reason.INVALID_QUEUE),
+            (None, None, None, None, transforms.INVALID_LINE),
+        ],
+        key=str,
+    )
+
+
+def test_of_duplicate_keys_the_latest_then_the_greatest_payload_wins():
+    group = [
+        _row("q", "k", '"early"', "2026-11-27T08:00:00Z"),
+        _row("q", "k", '"late-a"', LATER),
+        _row("q", "k", '"late-b"', LATER),
+        _row("q", "k", "broken", "2026-11-28T09:00:00Z"),  # invalid: never the winner
+    ]
+    for order in (group, list(reversed(group)), group[2:] + group[:2]):
+        judged = _judged([*order, _row("r", "k", '"own queue"')])
+        winners = {(queue, payload) for queue, _, payload, _, reason in judged if reason is None}
+        assert winners == {("q", b'"late-b"'), ("r", b'"own queue"')}
+        reasons = sorted(reason for *_, reason in judged if reason is not None)
         assert reasons == [Reason.DUPLICATE_KEY, Reason.DUPLICATE_KEY, Reason.INVALID_PAYLOAD]
+
+
+def test_co_locate_puts_each_key_in_one_partition_in_order(spark):
+    rows = [("q", f"k{n % 7}", "1", None, None) for n in range(70)]
+    df = spark.createDataFrame(rows, transforms.NORMALIZED)
+    partitions = transforms.co_locate(df, 3).rdd.glom().collect()
+    where = {}
+    for index, partition in enumerate(partitions):
+        keys = [row["key"] for row in partition]
+        assert keys == sorted(keys)
+        for key in keys:
+            assert where.setdefault(key, index) == index
+    assert len(where) == 7
