@@ -101,11 +101,11 @@ def run_import(
     scratch = f"{rejects_path.rstrip('/')}.partial-{uuid.uuid4().hex[:8]}"
     reporter = _Progress(spark, seen, written, progress) if progress else None
     try:
-        rows.mapInArrow(work, _OUTPUT).write.parquet(scratch)
-    finally:
-        if reporter:
-            reporter.stop()
-    try:
+        try:
+            rows.mapInArrow(work, _OUTPUT).write.parquet(scratch)
+        finally:
+            if reporter:
+                reporter.stop()
         output = spark.read.parquet(scratch)
         totals = (
             output.where(F.col("reason").isNull())

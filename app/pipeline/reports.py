@@ -14,8 +14,9 @@ PERCENTILES = (0.5, 0.95, 0.99)
 
 
 def _hour(epoch_ms: Column) -> Column:
-    """The UTC hour an instant falls in."""
-    return F.timestamp_millis(F.floor(epoch_ms / HOUR_MS) * HOUR_MS)
+    """The UTC hour an instant falls in, without a zone (the session's is UTC), so it
+    reads the same in Python whatever the machine's local time."""
+    return F.timestamp_millis(F.floor(epoch_ms / HOUR_MS) * HOUR_MS).cast("timestamp_ntz")
 
 
 def _seconds(milliseconds: Column) -> Column:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 # JDBC drivers from Debian's libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java;
@@ -19,19 +18,26 @@ def spark_session(
     """A session for a job. Under spark-submit the master it set stays; otherwise
     `master`, or local Spark on every core."""
     builder = SparkSession.builder.appName(app_name)
+    # Under spark-submit the JVM is up already, with the master, jars and Python it
+    # was given: leave those alone.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if master:
         builder = builder.master(master)
-    elif not SparkConf().contains("spark.master"):
+    elif not submitted:
         builder = builder.master("local[*]")
-    found = [jar for jar in (*jars, *DEBIAN_JARS) if Path(jar).exists()]
-    if found:
-        builder = builder.config("spark.jars", ",".join(found))
+    if not submitted:
+        # Local files that exist; URLs (hdfs://, https://) as given.
+        found = [jar for jar in (*jars, *DEBIAN_JARS) if "://" in jar or Path(jar).exists()]
+        if found:
+            builder = builder.config("spark.jars", ",".join(found))
+        # The executors' Python is this one, so they import this package.
+        builder = builder.config(
+            "spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", _python())
+        )
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")  # the jobs print their own progress
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # The executors' Python is this one, so they import this package.
-        .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", _python()))
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

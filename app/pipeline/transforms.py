@@ -40,6 +40,11 @@ def normalize(
     if json_lines:
         return df.mapInArrow(_parse_lines(columns, queue), NORMALIZED)
     present = set(df.columns)
+    # A column named on the command line must exist: a typo in --scheduled-at-column
+    # must not quietly schedule every row for now.
+    for name, column in columns.items():
+        if column != name and column not in present and not (name == "queue" and queue):
+            raise ValueError(f"the input has no column {column!r} (for {name})")
 
     def field(name: str) -> Column:
         column = columns.get(name, name)
@@ -78,22 +83,26 @@ def _parse_lines(columns: dict[str, str], queue: str | None):
 def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[str, str | None]:
     try:
         record = json.loads(line)
-    except ValueError:
-        record = None
-    if not isinstance(record, dict):  # kept whole in the rejects, as the payload
-        return {name: None for name in FIELDS} | {"payload": line, "input_error": INVALID_LINE}
-    values = {
-        "queue": queue if queue is not None else _text(record.get(names["queue"])),
-        "key": _text(record.get(names["key"])),
-        "payload": None,
-        "scheduled_at": _text(record.get(names["scheduled_at"])),
-        "input_error": None,
-    }
-    if names["payload"] in record:
-        try:
-            values["payload"] = json_text(record[names["payload"]])
-        except ValueError:  # NaN or Infinity, which Python's parser takes
-            values["input_error"] = Reason.INVALID_PAYLOAD
+        if not isinstance(record, dict):
+            raise TypeError("not a JSON object")
+        values = {
+            "queue": queue if queue is not None else _text(record.get(names["queue"])),
+            "key": _text(record.get(names["key"])),
+            "payload": None,
+            "scheduled_at": _text(record.get(names["scheduled_at"])),
+            "input_error": None,
+        }
+        if names["payload"] in record:
+            try:
+                values["payload"] = json_text(record[names["payload"]])
+            except ValueError:  # NaN or Infinity, which Python's parser takes
+                values["input_error"] = Reason.INVALID_PAYLOAD
+        for value in values.values():
+            if value is not None:
+                value.encode()  # a lone surrogate ("\ud800") is no text Arrow can carry
+    except (ValueError, TypeError):  # UnicodeError included; the line goes to the rejects
+        payload = line.encode(errors="replace").decode()
+        return {name: None for name in FIELDS} | {"payload": payload, "input_error": INVALID_LINE}
     return values
 
 

@@ -137,3 +137,15 @@ def test_the_command_line_prints_the_counts(clean_database, tmp_path):
     assert "rows: 7" in lines
     assert "rows checked" in result.stderr  # progress
     assert os.path.isdir(path + ".rejects")
+
+
+def test_duplicates_spanning_arrow_batches_are_resolved(spark, clean_database, tmp_path):
+    rows = [("q", f"k{n // 3}", f'"v{n}"', f"2026-11-27T09:00:0{n % 3}Z") for n in range(30)]
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        counts = _import(spark, clean_database, _write_csv(tmp_path / "in.csv", rows), tmp_path)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert (counts.created, counts.duplicates, counts.rows) == (10, 20, 30)
+    stored = {row["pKey"]: row["payload"] for row in stored_rows(clean_database.url)}
+    assert stored == {f"k{n}": f'"v{3 * n + 2}"'.encode() for n in range(10)}  # due last wins

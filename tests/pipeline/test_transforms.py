@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from app.pipeline import transforms
 from app.pipeline.rows import Reason
 
@@ -44,6 +46,8 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
         '{"queue": "q", "key": "b", "payload": "text", "scheduled_at": "2026-11-27T09:00:00Z"}\n'
         "not json at all\n"
         '{"queue": "q", "key": "c", "payload": NaN}\n'
+        '{"queue": "q", "key": NaN, "payload": 1}\n'
+        '{"queue": "q", "key": "\\ud800", "payload": 1}\n'
     )
     normalized = transforms.normalize(
         spark.read.text(str(path)), json_lines=True, columns={}, queue=None
@@ -54,6 +58,8 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
         ("b", '"text"', None),
         (None, "not json at all", transforms.INVALID_LINE),
         ("c", None, Reason.INVALID_PAYLOAD),
+        (None, '{"queue": "q", "key": NaN, "payload": 1}', transforms.INVALID_LINE),
+        (None, '{"queue": "q", "key": "\\ud800", "payload": 1}', transforms.INVALID_LINE),
     ]
 
 
@@ -118,3 +124,13 @@ def test_co_locate_puts_each_key_in_one_partition_in_order(spark):
         for key in keys:
             assert where.setdefault(key, index) == index
     assert len(where) == 7
+
+
+def test_a_column_named_on_the_command_line_must_exist(spark):
+    df = spark.createDataFrame(
+        [("k", "1", "2026-11-27T09:00:00Z")], "key string, payload string, due string"
+    )
+    with pytest.raises(ValueError, match="scheduledAt"):
+        transforms.normalize(
+            df, json_lines=False, columns={"scheduled_at": "scheduledAt"}, queue="q"
+        )
