@@ -51,15 +51,32 @@ def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
 
 
 def _pipeline_import(arguments: argparse.Namespace, settings: Settings) -> None:
+    _needs_pipeline_extra()
     from app.pipeline.importer import main_import
 
     main_import(arguments, settings)
 
 
 def _pipeline_report(arguments: argparse.Namespace, settings: Settings) -> None:
+    _needs_pipeline_extra()
     from app.pipeline.report import main_report
 
     main_report(arguments, settings)
+
+
+def _needs_pipeline_extra() -> None:
+    import importlib.util
+
+    missing = [
+        name
+        for name in ("pyspark", "pyarrow", "matplotlib")
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        sys.exit(
+            f"hourglass pipeline needs {', '.join(missing)}: "
+            "pip install 'hourglass[pipeline]' (from a clone: pip install '.[pipeline]')"
+        )
 
 
 def _add_pipeline(commands) -> None:

@@ -49,3 +49,19 @@ def test_alembic_upgrade_then_check_from_the_repository_root(tmp_path):
     check = _run([*alembic, "check"], url)
     assert check.returncode == 0, check.stderr
     assert "No new upgrade operations detected" in check.stdout + check.stderr
+
+
+def test_the_pipeline_without_its_extra_says_what_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    import pytest
+
+    from app.__main__ import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a)
+    )
+    with pytest.raises(SystemExit) as stopped:
+        main(["pipeline", "import", "x.csv"])
+    assert "pip install 'hourglass[pipeline]'" in str(stopped.value)
