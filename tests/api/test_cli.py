@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, inspect
 
+from app.__main__ import main
 from app.storage.schema import head_revision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,13 +54,7 @@ def test_alembic_upgrade_then_check_from_the_repository_root(tmp_path):
     assert "No new upgrade operations detected" in check.stdout + check.stderr
 
 
-def test_the_pipeline_without_its_extra_says_what_to_install(monkeypatch, capsys):
-    import importlib.util
-
-    import pytest
-
-    from app.__main__ import main
-
+def test_the_pipeline_without_its_extra_says_what_to_install(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a)
