@@ -36,6 +36,7 @@ class Reason:
     PAYLOAD_TOO_LARGE = "payload_too_large"
     INVALID_SCHEDULED_AT = "invalid_scheduled_at"
     DUPLICATE_KEY = "duplicate_key"
+    UNKNOWN_FIELD = "unknown_field"  # a JSON line with a field no column takes
 
 
 @dataclass(frozen=True, slots=True)

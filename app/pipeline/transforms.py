@@ -45,6 +45,15 @@ def normalize(
     for name, column in columns.items():
         if column != name and column not in present and not (name == "queue" and queue):
             raise ValueError(f"the input has no column {column!r} (for {name})")
+    # As the API refuses unknown fields, an input column no field takes is refused:
+    # `scheduledAt` for `scheduled_at` must not quietly mean "now".
+    used = {columns.get(name, name) for name in FIELDS}
+    if unknown := sorted(present - used):
+        raise ValueError(
+            f"the input has columns no field takes: {unknown}; name them with "
+            "--key-column, --payload-column, --scheduled-at-column or --queue-column, "
+            "or leave them out of the input"
+        )
 
     def field(name: str) -> Column:
         column = columns.get(name, name)
@@ -85,6 +94,11 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
         record = json.loads(line)
         if not isinstance(record, dict):
             raise TypeError("not a JSON object")
+        if set(record) - set(names.values()):  # a field no column takes, as the API refuses
+            return {name: None for name in FIELDS} | {
+                "payload": line,
+                "input_error": Reason.UNKNOWN_FIELD,
+            }
         values = {
             "queue": queue if queue is not None else _text(record.get(names["queue"])),
             "key": _text(record.get(names["key"])),

@@ -134,3 +134,17 @@ def test_a_column_named_on_the_command_line_must_exist(spark):
         transforms.normalize(
             df, json_lines=False, columns={"scheduled_at": "scheduledAt"}, queue="q"
         )
+
+
+def test_a_column_no_field_takes_is_refused(spark):
+    df = spark.createDataFrame(
+        [("k", "1", "2026-11-27T09:00:00Z")], "key string, payload string, scheduledAt string"
+    )
+    with pytest.raises(ValueError, match="scheduledAt"):  # not quietly "now"
+        transforms.normalize(df, json_lines=False, columns={}, queue="q")
+
+
+def test_a_json_line_with_a_field_no_column_takes_is_rejected():
+    names = {name: name for name in transforms.FIELDS}
+    values = transforms._line_fields('{"key": "k", "payload": 1, "delay": 60}', names, "q")
+    assert values["input_error"] == Reason.UNKNOWN_FIELD
