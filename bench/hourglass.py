@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import psycopg
 from http_client import Connection
+from psycopg import sql
 from psycopg.types.array import ListBinaryDumper
 
 QUEUE = "bench"
@@ -63,6 +64,17 @@ PREFILL = (
 )
 # Rows per INSERT in a batch (SPEC §2; no lookup of existing keys first: decision 8).
 INSERT_CHUNK = 200
+
+
+def fresh_database(dsn: str) -> None:
+    """Drop and create the database `dsn` names, through the server's `postgres` database."""
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def now_ms() -> int:

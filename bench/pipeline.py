@@ -29,30 +29,18 @@ from pathlib import Path
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
-from psycopg import sql
 from psycopg.types.array import ListBinaryDumper
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-from hourglass import INSERT_CHUNK, OFFER_ROWS
+from hourglass import INSERT_CHUNK, OFFER_ROWS, fresh_database
 
 from app.storage.schema import upgrade_to_head
 
 QUEUE = "bulk"
 DUE = "2026-12-01T09:00:00Z"
 DUE_MS = 1_796_115_600_000
-
-
-def _fresh_database(dsn: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    upgrade_to_head(dsn)
 
 
 def _empty(dsn: str) -> None:
@@ -168,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
 
-    _fresh_database(args.database_url)
+    fresh_database(args.database_url)
+    upgrade_to_head(args.database_url)  # the import, unlike `serve`, does not migrate
     cores = os.cpu_count() or 1
     figures: dict[str, list[float]] = {
         "ceiling": [],

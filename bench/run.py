@@ -34,12 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))  # for tests.server, which starts the service
 
-from hourglass import QUEUE, CeilingTarget, ServiceTarget, now_ms
+from hourglass import QUEUE, CeilingTarget, ServiceTarget, fresh_database, now_ms
 from http_client import Connection
 from targets import Target
 
@@ -705,17 +704,6 @@ def write_results(path: Path, block: str) -> None:
 # -- the run ------------------------------------------------------------------------
 
 
-def _fresh_database(dsn: str) -> None:
-    """Drop and create the database `dsn` names, through the server's `postgres` database."""
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
 async def run(
     plan: Plan,
     dsn: str,
@@ -807,7 +795,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown peers or workloads: {sorted(unknown)}")
     command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()
-    _fresh_database(args.database_url)
+    fresh_database(args.database_url)
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(running_server(args.database_url))
         without_history = None

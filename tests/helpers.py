@@ -32,32 +32,25 @@ def keys_of(polled: dict[str, Any]) -> list[str]:
 
 def stored_rows(url: str) -> list[dict[str, Any]]:
     """Every row of the message table, straight from the database."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(select(delayed_queue).order_by(delayed_queue.c.id)).mappings()
-            return [dict(row) for row in rows]
-    finally:
-        engine.dispose()
+    return _table_rows(url, delayed_queue, delayed_queue.c.id)
 
 
 def history_rows(url: str) -> list[dict[str, Any]]:
-    """Every row of the delivery history, oldest first, straight from the database."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(
-                select(delivery_history).order_by(delivery_history.c.id)
-            ).mappings()
-            return [{k: v for k, v in row.items() if k != "id"} for row in rows]
-    finally:
-        engine.dispose()
+    """Every row of the delivery history without its id, oldest first."""
+    rows = _table_rows(url, delivery_history, delivery_history.c.id)
+    return [{name: value for name, value in row.items() if name != "id"} for row in rows]
 
 
 def settings_rows(url: str) -> list[dict[str, Any]]:
+    return _table_rows(url, queue_settings, queue_settings.c.queue)
+
+
+def _table_rows(url: str, table, order_by) -> list[dict[str, Any]]:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
-            return [dict(row) for row in connection.execute(select(queue_settings)).mappings()]
+            return [
+                dict(row) for row in connection.execute(select(table).order_by(order_by)).mappings()
+            ]
     finally:
         engine.dispose()

@@ -85,6 +85,19 @@ def removal(where: Any) -> Removal:
     )
 
 
+def _starting_over(due: Any) -> dict[str, Any]:
+    """The columns of a message that starts a new life (an update, a dead letter, a
+    redriven one): due at `due` as asked, held by nobody, no delivery counted yet."""
+    return {
+        "scheduledAt": due,
+        "scheduledAtInitially": due,
+        "lockUuid": null(),
+        "deliveries": 0,
+        "firstDeliveredAt": null(),
+        "lastDeliveredAt": null(),
+    }
+
+
 # Offer, the update path: lock the row, then compare-and-swap on the values read.
 # An update rewrites payload and schedule and clears the lock, so the current
 # holder's acknowledgement no longer deletes the new message. The new content
@@ -105,13 +118,8 @@ offer_update = (
     )
     .values(
         payload=bindparam("new_payload"),
-        scheduledAt=bindparam("new_scheduled_at"),
-        scheduledAtInitially=bindparam("new_scheduled_at"),
         createdAt=bindparam("now"),
-        lockUuid=null(),
-        deliveries=0,
-        firstDeliveredAt=null(),
-        lastDeliveredAt=null(),
+        **_starting_over(bindparam("new_scheduled_at")),
     )
 )
 
@@ -195,12 +203,7 @@ dead_letter_move = (
     .values(
         pKind=bindparam("dead_letter_queue"),
         deadLetteredFrom=bindparam("queue"),
-        scheduledAt=bindparam("now"),
-        scheduledAtInitially=bindparam("now"),
-        lockUuid=null(),
-        deliveries=0,
-        firstDeliveredAt=null(),
-        lastDeliveredAt=null(),
+        **_starting_over(bindparam("now")),
     )
 )
 # Whether a worker holds the message under `key` now (leased, lease not run out).
@@ -221,12 +224,7 @@ redrive_move = (
     .values(
         pKind=bindparam("target"),
         deadLetteredFrom=null(),
-        scheduledAt=bindparam("now"),
-        scheduledAtInitially=bindparam("now"),
-        lockUuid=null(),
-        deliveries=0,
-        firstDeliveredAt=null(),
-        lastDeliveredAt=null(),
+        **_starting_over(bindparam("now")),
     )
 )
 

@@ -24,6 +24,13 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 # MariaDB's plain BLOB stops at 64 KiB; payloads may be up to the configured limit.
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
+# MariaDB: InnoDB, and keys that compare exactly (case-sensitively, byte for byte).
+_INNODB_UTF8_BIN = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
 # The seed design's table, column for column. Times are epoch milliseconds.
 # `pKind` is the queue name. `scheduledAt` is when the row is next due: for a
 # leased row, when its lease runs out. `lockUuid` is the lease holder, if any.
@@ -47,9 +54,7 @@ delayed_queue = Table(
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    mysql_collate="utf8mb4_bin",
+    **_INNODB_UTF8_BIN,
 )
 
 # Cron entries (issue 4), one per name within a queue. `schedule` is the
@@ -67,9 +72,7 @@ cron_entries = Table(
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    mysql_collate="utf8mb4_bin",
+    **_INNODB_UTF8_BIN,
 )
 
 # Per-queue settings (issue 6); a queue without a row has the defaults.
@@ -82,9 +85,7 @@ queue_settings = Table(
     Column("deadLetterQueue", String(100), nullable=True),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    mysql_collate="utf8mb4_bin",
+    **_INNODB_UTF8_BIN,
 )
 
 # One row per message that left a queue (issue 6): acknowledged, dead-lettered or
@@ -104,7 +105,5 @@ delivery_history = Table(
     Column("outcome", String(16), nullable=False),
     Column("finishedAt", BigInteger, nullable=False),
     Index("delivery_history__finished_at_id_idx", "finishedAt", "id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    mysql_collate="utf8mb4_bin",
+    **_INNODB_UTF8_BIN,
 )
