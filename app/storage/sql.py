@@ -22,6 +22,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Delete, Insert
 
 from app.storage.tables import cron_entries, delivery_history, queue_settings
@@ -126,10 +127,16 @@ offer_update = (
 # Offer with if_exists=ignore, when the key exists: the time the stored message asked for.
 offer_stored_schedule = select(columns.scheduledAtInitially).where(_by_key)
 
-# Batch offer: which of these keys exist already.
-existing_keys = select(columns.pKey).where(
-    _in_queue, columns.pKey.in_(bindparam("keys", expanding=True))
-)
+
+def keys_in_queue(*selected: Any) -> Select:
+    """`selected` of the rows of one queue whose keys are in the list bound as "keys"."""
+    return select(*selected).where(_in_queue, columns.pKey.in_(bindparam("keys", expanding=True)))
+
+
+# Which of these keys exist already (dead letters, redrive).
+existing_keys = keys_in_queue(columns.pKey)
+# Batch offer: what is stored under keys that exist, to tell the unchanged ones.
+stored_offers = keys_in_queue(columns.pKey, columns.payload, columns.scheduledAtInitially)
 
 # Poll: the due rows, oldest first, skipping rows another transaction holds.
 claim_candidates = (

@@ -162,8 +162,11 @@ class SqlStore:
         """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
 
         The first occurrence of each key goes in with multi-row INSERTs that skip
-        existing keys; what they did not insert existed, and takes the one-by-one
-        path of a single offer (decision 8: no SELECT of existing keys first).
+        existing keys (decision 8: no SELECT of existing keys first). Of the keys
+        that existed, those to update are read back in one SELECT per chunk: one
+        whose payload and time are already stored is ignored, as a single offer
+        would ignore it at the moment of that read. The rest take the one-by-one
+        path of a single offer.
         """
         first_index: dict[str, int] = {}
         for index, offer in enumerate(offers):
@@ -180,13 +183,22 @@ class SqlStore:
                 )
             )
 
+        unchanged = self._unchanged(
+            queue,
+            [
+                offers[index]
+                for index in first_index.values()
+                if offers[index].key not in created and offers[index].if_exists is IfExists.UPDATE
+            ],
+        )
         outcomes: list[Outcome] = []
         for index, offer in enumerate(offers):
             first = first_index[offer.key] == index
             if first and offer.key in created:
                 outcomes.append(Outcome.CREATED)
-            elif offer.if_exists is IfExists.IGNORE:
-                # The key exists: it was there before, or an earlier item created it.
+            elif offer.if_exists is IfExists.IGNORE or (first and offer.key in unchanged):
+                # The key exists (it was there before, or an earlier item created it),
+                # or holds this very message already.
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
@@ -198,6 +210,30 @@ class SqlStore:
                 assert stored is not None  # can_create is on
                 outcomes.append(stored.outcome)
         return outcomes
+
+    def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
+        """The keys of `offers` (one each) whose payload and time are stored as offered.
+
+        A re-run of an import, or a producer sending again, then costs one read per
+        chunk instead of a locked read and a commit per key.
+        """
+        unchanged: set[str] = set()
+        for chunk in _chunks(offers, _INSERT_CHUNK):
+            stored = {
+                row.pKey: (row.payload, row.scheduledAtInitially)
+                for row in self._read(
+                    lambda connection, chunk=chunk: connection.execute(
+                        self.dialect.stored_offers,
+                        {"queue": queue, "keys": [offer.key for offer in chunk]},
+                    ).all()
+                )
+            }
+            unchanged.update(
+                offer.key
+                for offer in chunk
+                if stored.get(offer.key) == (offer.payload, offer.scheduled_at)
+            )
+        return unchanged
 
     def _insert(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from app.queue.models import Offer, Outcome
 from tests.conftest import START_MS
 from tests.helpers import at, keys_of, poll, put, stored_rows
 
@@ -125,3 +128,23 @@ def test_batch_messages_come_due_at_their_own_times(client, clock):
     assert keys_of(poll(client, "q", max=10)) == ["k0"]
     clock.advance(3)
     assert keys_of(poll(client, "q", max=10)) == ["k1", "k2", "k3"]
+
+
+def test_offering_stored_messages_again_reads_them_back_in_chunks(store):
+    """A re-run of an import: the unchanged keys are ignored after one read per chunk,
+    without the single offer's locked read and commit per key; changed ones update."""
+    offers = [Offer(f"k{index:04d}", b'{"i":%d}' % index, START_MS) for index in range(1000)]
+    assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.CREATED}
+    statements = []
+    store.listen_statements(lambda: statements.append(1))
+
+    again = store.messages_offer_many("q", offers, START_MS + 1)
+    assert set(again) == {Outcome.IGNORED}
+    assert len(statements) <= 20  # a few per chunk of 200 keys; one per key would be 2000+
+
+    changed = [*offers[:990], *(replace(offer, payload=b'"new"') for offer in offers[990:])]
+    outcomes = store.messages_offer_many("q", changed, START_MS + 2)
+    assert outcomes == [Outcome.IGNORED] * 990 + [Outcome.UPDATED] * 10
+    assert store.messages_get("q", "k0999").payload == b'"new"'
+    moved = replace(offers[0], scheduled_at=START_MS + 5)
+    assert store.messages_offer_many("q", [moved], START_MS + 3) == [Outcome.UPDATED]

@@ -75,7 +75,8 @@ def test_an_update_is_not_an_end(client, database):
     assert history_rows(database.url) == []
 
 
-def test_recording_can_be_switched_off(database, clock):
+def test_recording_can_be_switched_off(clean_database, clock):
+    database = clean_database
     with TestClient(create_app(database.settings(history=False), clock=clock)) as client:
         client.put("/v1/queues/q/settings", json={"max_deliveries": 1})
         for key in ("acked", "deleted", "dead"):
@@ -91,7 +92,8 @@ def test_recording_can_be_switched_off(database, clock):
     assert history_rows(database.url) == []
 
 
-def test_the_service_prunes_rows_older_than_the_retention(database, clock):
+def test_the_service_prunes_rows_older_than_the_retention(clean_database, clock):
+    database = clean_database
     settings = database.settings(history_retention=7 * DAY)
     with TestClient(create_app(settings, clock=clock)) as client:
         put(client, "q", "old", 1)

@@ -23,8 +23,10 @@ class Dialect:
     single_statement_options: ClassVar[dict[str, Any]] = {}
     # Execution options for a transaction that only reads.
     read_options: ClassVar[dict[str, Any]] = {}
-    # Batch offer: which of these keys exist already (a list bound as "keys").
+    # Which of these keys exist already (a list bound as "keys").
     existing_keys: Select = sql.existing_keys
+    # Batch offer: key, payload and first time asked for of the keys that exist.
+    stored_offers: Select = sql.stored_offers
     # Whether the driver has an asyncio API, so the service can do I/O on its event
     # loop instead of handing each call to a thread.
     has_asyncio_driver = False
