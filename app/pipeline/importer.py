@@ -107,21 +107,28 @@ def run_import(
             if reporter:
                 reporter.stop()
         output = spark.read.parquet(scratch)
-        totals = (
-            output.where(F.col("reason").isNull())
-            .agg(*(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in _COUNTS))
-            .first()
-        )
-        rejects = output.where(F.col("reason").isNotNull()).select(*transforms.FIELDS, "reason")
-        rejects.write.mode("overwrite").parquet(rejects_path)
-        reasons = dict(spark.read.parquet(rejects_path).groupBy("reason").count().collect())
+        # One job for the counts: the rows without a reason carry each partition's
+        # counts, the others are the rejects.
+        summary = {
+            row["reason"]: row
+            for row in output.groupBy("reason")
+            .agg(F.count("*").alias("rows"), *(F.sum(name).alias(name) for name in _COUNTS))
+            .collect()
+        }
+        output.where(F.col("reason").isNotNull()).select(*_REJECT_COLUMNS).write.mode(
+            "overwrite"
+        ).parquet(rejects_path)
     finally:
         _remove(spark, scratch)
+    # Every partition yields its counts; an input with no partitions, none.
+    totals = summary.pop(None, None)
+    total = {name: totals[name] if totals else 0 for name in _COUNTS}
+    reasons = {reason: row["rows"] for reason, row in summary.items()}
     counts = ImportCounts(
-        rows=totals["seen"],
-        created=totals["created"],
-        updated=totals["updated"],
-        ignored=totals["ignored"],
+        rows=total["seen"],
+        created=total["created"],
+        updated=total["updated"],
+        ignored=total["ignored"],
         rejected=sum(reasons.values()),
         duplicates=reasons.get(Reason.DUPLICATE_KEY, 0),
     )
@@ -135,9 +142,10 @@ _OUTPUT = (
     "queue string, key string, payload string, scheduled_at string, reason string, "
     "seen long, created long, updated long, ignored long"
 )
+_NORMALIZED = (*transforms.FIELDS, "input_error")
+_REJECT_COLUMNS = (*transforms.FIELDS, "reason")
 _OUTPUT_ARROW = pa.schema(
-    [(name, pa.string()) for name in (*transforms.FIELDS, "reason")]
-    + [(name, pa.int64()) for name in _COUNTS]
+    [(name, pa.string()) for name in _REJECT_COLUMNS] + [(name, pa.int64()) for name in _COUNTS]
 )
 # Rejects per output batch.
 _REJECTS_BATCH = 10_000
@@ -162,15 +170,13 @@ def _check_and_write(
         store = create_store(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
         counts: Counter[str] = Counter()
         pending: dict[str, list[Offer]] = {}
-        rejects: dict[str, list] = {name: [] for name in (*transforms.FIELDS, "reason")}
+        rejects: list[transforms.Row] = []
 
-        def rows() -> Iterator[dict]:
+        def rows() -> Iterator[transforms.Row]:
             for batch in batches:
-                data = batch.to_pydict()
-                names = list(data)
-                for values in zip(*data.values(), strict=True):
-                    counts["seen"] += 1
-                    yield dict(zip(names, values, strict=True))
+                # Tuples straight from Arrow's columns: no per-row dict.
+                yield from zip(*(batch.column(name).to_pylist() for name in _NORMALIZED))
+                counts["seen"] += batch.num_rows
                 seen.add(batch.num_rows)
 
         def flush(queue: str) -> None:
@@ -185,40 +191,33 @@ def _check_and_write(
                 rows(), now_ms=now_ms, max_payload_bytes=max_payload_bytes
             ):
                 if checked.reason is None:
-                    offers = pending.setdefault(row["queue"], [])
-                    offers.append(
-                        Offer(row["key"], checked.payload, checked.scheduled_at, if_exists)
-                    )
+                    offers = pending.setdefault(row[0], [])
+                    offers.append(Offer(row[1], checked.payload, checked.scheduled_at, if_exists))
                     if len(offers) >= batch_size:
-                        flush(row["queue"])
+                        flush(row[0])
                     continue
-                for name in transforms.FIELDS:
-                    rejects[name].append(row[name])
-                rejects["reason"].append(checked.reason)
-                if len(rejects["reason"]) >= _REJECTS_BATCH:
+                rejects.append((*row[:4], checked.reason))
+                if len(rejects) >= _REJECTS_BATCH:
                     yield _batch(rejects)
             for queue in list(pending):
                 flush(queue)
         finally:
             store.close()
-        if rejects["reason"]:
+        if rejects:
             yield _batch(rejects)
         yield pa.RecordBatch.from_pydict(
-            {name: [None] for name in (*transforms.FIELDS, "reason")}
-            | {name: [counts[name]] for name in _COUNTS},
+            {name: [None] for name in _REJECT_COLUMNS} | {name: [counts[name]] for name in _COUNTS},
             schema=_OUTPUT_ARROW,
         )
 
     return work
 
 
-def _batch(rejects: dict[str, list]) -> pa.RecordBatch:
+def _batch(rejects: list[tuple]) -> pa.RecordBatch:
     """The rejects gathered so far as one output batch; `rejects` is emptied."""
-    size = len(rejects["reason"])
-    columns = {name: list(rejects[name]) for name in (*transforms.FIELDS, "reason")}
-    columns |= {name: [None] * size for name in _COUNTS}
-    for values in rejects.values():
-        values.clear()
+    columns = dict(zip(_REJECT_COLUMNS, map(list, zip(*rejects, strict=True)), strict=True))
+    columns |= {name: [None] * len(rejects) for name in _COUNTS}
+    rejects.clear()
     return pa.RecordBatch.from_pydict(columns, schema=_OUTPUT_ARROW)
 
 

@@ -37,11 +37,21 @@ def jdbc_source(database_url: str) -> tuple[str, dict[str, str]]:
     if backend == "sqlite":
         return f"jdbc:sqlite:{url.database}", {"driver": "org.sqlite.JDBC"}
     if backend == "postgresql":
+        host = url.host or "localhost"
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
         port = f":{url.port}" if url.port else ""
-        properties = {"driver": "org.postgresql.Driver", "user": url.username or ""}
+        # fetchsize: stream each partition through a cursor instead of holding it whole.
+        properties = {"driver": "org.postgresql.Driver", "fetchsize": "10000"}
+        if url.username:
+            properties["user"] = url.username
         if url.password:
             properties["password"] = url.password
-        return f"jdbc:postgresql://{url.host or 'localhost'}{port}/{url.database}", properties
+        # Connection parameters of the URL (sslmode, sslrootcert, …): pgJDBC takes
+        # libpq's names for these, and ignores those it does not know.
+        for name, value in url.query.items():
+            properties[name] = value if isinstance(value, str) else value[-1]
+        return f"jdbc:postgresql://{host}{port}/{url.database}", properties
     raise ValueError(f"no JDBC source for {backend} URLs")
 
 

@@ -60,7 +60,7 @@ def check_row(
     """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now."""
     if not queue:
         return Checked(Reason.MISSING_QUEUE)
-    if not _QUEUE.fullmatch(queue):
+    if not _valid_queue(queue):
         return Checked(Reason.INVALID_QUEUE)
     if key is None or key == "":
         return Checked(Reason.MISSING_KEY)
@@ -76,16 +76,27 @@ def check_row(
         return Checked(Reason.PAYLOAD_TOO_LARGE)
     if scheduled_at is None or scheduled_at == "":
         return Checked(None, stored, now_ms)
+    due = _due(scheduled_at)
+    if due is None:
+        return Checked(Reason.INVALID_SCHEDULED_AT)
+    return Checked(None, stored, due)
+
+
+# Bulk data repeats its queues and times: check each distinct one once per worker.
+@lru_cache(maxsize=1024)
+def _valid_queue(queue: str) -> bool:
+    return _QUEUE.fullmatch(queue) is not None
+
+
+@lru_cache(maxsize=65536)
+def _due(scheduled_at: str) -> int | None:
+    """Epoch ms of an RFC 3339 time with a zone, or None if it is not one."""
     if not _RFC3339.fullmatch(scheduled_at):
-        return Checked(Reason.INVALID_SCHEDULED_AT)
+        return None
     try:
-        return Checked(None, stored, _parse_timestamp(scheduled_at))
+        return parse_timestamp(scheduled_at)
     except (ValueError, OverflowError):
-        return Checked(Reason.INVALID_SCHEDULED_AT)
-
-
-# Bulk data repeats its times: parse each distinct one once per worker.
-_parse_timestamp = lru_cache(maxsize=65536)(parse_timestamp)
+        return None
 
 
 def _not_json(name: str) -> None:

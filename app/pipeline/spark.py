@@ -30,6 +30,11 @@ def spark_session(
         found = [jar for jar in (*jars, *DEBIAN_JARS) if "://" in jar or Path(jar).exists()]
         if found:
             builder = builder.config("spark.jars", ",".join(found))
+        if (master or "local").startswith("local"):
+            # Short jobs in one JVM: the C2 compiler's warm-up took a whole core for
+            # seconds of a 1,000,000-row import; C1's code is fast enough for the little
+            # the JVM does here (bench/RESULTS.md, issue 7).
+            builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         # The executors' Python is this one, so they import this package.
         builder = builder.config(
             "spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", _python())

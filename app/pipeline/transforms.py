@@ -23,6 +23,8 @@ from app.pipeline.rows import Checked, Reason, check_row, json_text
 
 FIELDS = ("queue", "key", "payload", "scheduled_at")
 NORMALIZED = "queue string, key string, payload string, scheduled_at string, input_error string"
+# One normalized row, in NORMALIZED's order.
+Row = tuple[str | None, str | None, str | None, str | None, str | None]
 # A JSON line that is not a JSON object with these fields.
 INVALID_LINE = "invalid_json_line"
 
@@ -66,6 +68,8 @@ def normalize(
             return F.date_format(F.col(column), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
         if isinstance(data_type, T.BinaryType):
             return F.decode(F.col(column), "UTF-8")
+        if name == "payload" and isinstance(data_type, T.StructType | T.MapType | T.ArrayType):
+            return F.to_json(F.col(column))  # a nested payload column is its JSON
         return F.col(column).cast("string")
 
     return df.select(
@@ -137,36 +141,34 @@ def co_locate(df: DataFrame, partitions: int) -> DataFrame:
 
 
 def judge(
-    rows: Iterable[dict[str, str | None]], *, now_ms: int, max_payload_bytes: int
-) -> Iterator[tuple[dict[str, str | None], Checked]]:
+    rows: Iterable[Row], *, now_ms: int, max_payload_bytes: int
+) -> Iterator[tuple[Row, Checked]]:
     """Each normalized row with its verdict, for rows that come grouped by (queue, key).
 
+    A row is a tuple in NORMALIZED's order (queue, key, payload, scheduled_at,
+    input_error): the executors zip Arrow's columns into them, the cheapest form.
     Of the valid rows of one key, the one due last wins, then the one with the
     greatest stored payload (bytes), so the choice does not depend on the input's
     order or partitioning; the others get reason `duplicate_key`. A winner is
     yielded once its group has ended.
     """
     group: tuple[str | None, str | None] | None = None
-    best: tuple[dict[str, str | None], Checked] | None = None
+    best: tuple[Row, Checked] | None = None
     for row in rows:
-        if row["input_error"] is not None:
-            yield row, Checked(row["input_error"])
+        queue, key, payload, scheduled_at, input_error = row
+        if input_error is not None:
+            yield row, Checked(input_error)
             continue
         checked = check_row(
-            row["queue"],
-            row["key"],
-            row["payload"],
-            row["scheduled_at"],
-            now_ms=now_ms,
-            max_payload_bytes=max_payload_bytes,
+            queue, key, payload, scheduled_at, now_ms=now_ms, max_payload_bytes=max_payload_bytes
         )
         if checked.reason is not None:
             yield row, checked
             continue
-        if (row["queue"], row["key"]) != group or best is None:
+        if (queue, key) != group or best is None:
             if best is not None:
                 yield best
-            group, best = (row["queue"], row["key"]), (row, checked)
+            group, best = (queue, key), (row, checked)
             continue
         loser = (row, checked)
         if _rank(checked) > _rank(best[1]):

@@ -39,6 +39,26 @@ def test_normalize_maps_columns_and_fills_in_the_queue(spark):
     ]
 
 
+def test_a_nested_payload_column_is_taken_as_its_json(spark):
+    df = spark.createDataFrame(
+        [("a", {"n": 1, "tags": ["x"]}, [1, 2], {"k": "v"})],
+        "key string, payload struct<n: int, tags: array<string>>, list array<int>,"
+        " map map<string, string>",
+    )
+    for column, expected in (
+        ("payload", '{"n":1,"tags":["x"]}'),
+        ("list", "[1,2]"),
+        ("map", '{"k":"v"}'),
+    ):
+        normalized = transforms.normalize(
+            df.select("key", column),
+            json_lines=False,
+            columns={"payload": column},
+            queue="q",
+        )
+        assert _rows(normalized)[0]["payload"] == expected
+
+
 def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(
@@ -64,18 +84,12 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
 
 
 def _row(queue, key, payload, scheduled_at=None, error=None):
-    return {
-        "queue": queue,
-        "key": key,
-        "payload": payload,
-        "scheduled_at": scheduled_at,
-        "input_error": error,
-    }
+    return queue, key, payload, scheduled_at, error
 
 
 def _judged(rows):
     return [
-        (row["queue"], row["key"], checked.payload, checked.scheduled_at, checked.reason)
+        (row[0], row[1], checked.payload, checked.scheduled_at, checked.reason)
         for row, checked in transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000)
     ]
 

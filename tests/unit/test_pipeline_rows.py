@@ -53,3 +53,23 @@ def test_rows_the_api_would_refuse_are_refused_with_a_reason(fields, reason):
 
 def test_a_key_may_hold_slashes_and_any_printable_character():
     assert check(key="user/42/friday 09:00 ✓").reason is None
+
+
+def test_database_urls_map_to_jdbc_sources():
+    from app.pipeline.report import jdbc_source
+
+    url, properties = jdbc_source(
+        "postgresql+psycopg://app:secret@[::1]:5433/hourglass?sslmode=require"
+    )
+    assert url == "jdbc:postgresql://[::1]:5433/hourglass"
+    assert properties == {
+        "driver": "org.postgresql.Driver",
+        "fetchsize": "10000",
+        "user": "app",
+        "password": "secret",
+        "sslmode": "require",
+    }
+    url, properties = jdbc_source("postgresql+psycopg:///hourglass")
+    assert url == "jdbc:postgresql://localhost/hourglass"
+    assert "user" not in properties  # the driver's default, as libpq's
+    assert jdbc_source("sqlite:////var/lib/hourglass.db")[0] == "jdbc:sqlite:/var/lib/hourglass.db"
