@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     fresh_database(args.database_url)
-    upgrade_to_head(args.database_url)  # the import, unlike `serve`, does not migrate
+    upgrade_to_head(args.database_url)  # the ceiling runs first
     cores = os.cpu_count() or 1
     figures: dict[str, list[float]] = {
         "ceiling": [],

@@ -281,6 +281,15 @@ def main_import(arguments, settings) -> int:
         "scheduled_at": arguments.scheduled_at_column,
     }
     rejects = arguments.rejects or arguments.input.rstrip("/") + ".rejects"
+    database_url = (
+        normalize_database_url(arguments.database_url)
+        if arguments.database_url
+        else settings.database_url
+    )
+    if settings.auto_migrate:  # as `serve` does: a new database works straight away
+        from app.storage.schema import upgrade_to_head
+
+        upgrade_to_head(database_url)
     started = time.monotonic()
     spark = spark_session("hourglass import", master=arguments.master, jars=arguments.jars)
     ready = time.monotonic()
@@ -289,9 +298,7 @@ def main_import(arguments, settings) -> int:
             spark,
             input_path=arguments.input,
             input_format=input_format,
-            database_url=normalize_database_url(arguments.database_url)
-            if arguments.database_url
-            else settings.database_url,
+            database_url=database_url,
             rejects_path=rejects,
             columns=columns,
             queue=arguments.queue,

@@ -217,6 +217,7 @@ def main_report(arguments, settings) -> None:
         if arguments.database_url
         else settings.database_url
     )
+    _check_schema(database_url)
     spark = spark_session("hourglass report", master=arguments.master, jars=arguments.jars)
     try:
         summary = run_report(
@@ -230,3 +231,21 @@ def main_report(arguments, settings) -> None:
         spark.stop()
     print(json.dumps(summary, indent=2, default=str))
     print(f"report: {arguments.output}")
+
+
+def _check_schema(database_url: str) -> None:
+    """Stop with a sentence, before Spark starts, when the tables are not there to read."""
+    from app.config import Settings
+    from app.storage.engine import create_store
+    from app.storage.schema import head_revision
+
+    store = create_store(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
+    try:
+        revision = store.schema_revision()
+    finally:
+        store.close()
+    if revision != head_revision():
+        raise SystemExit(
+            f"the database's schema is at {revision or 'nothing'}, this release reads "
+            f"{head_revision()}: run `hourglass migrate` (or the service) first"
+        )
