@@ -12,6 +12,7 @@ writes into the output directory:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import time
@@ -185,9 +186,18 @@ def _charts(out: Path, hourly_rows: list, forecast_rows: list) -> None:
     axes.set_title("Lateness: first delivery minus the time asked for, all queues")
     axes.set_xlabel("hour the messages finished (UTC)")
     axes.set_ylabel("seconds")
+    highest = max(
+        (
+            row[f"lateness_p{round(fraction * 100)}_s"] or 0
+            for row in hourly_rows
+            for fraction in reports.PERCENTILES
+        ),
+        default=0,
+    )
+    axes.set_ylim(0, highest * 1.15 or 1)
     axes.grid(True, alpha=0.3)
     axes.legend()
-    figure.autofmt_xdate()
+    _hour_axis(axes, hours)
     figure.tight_layout()
     figure.savefig(out / "lateness.png", dpi=100)
     pyplot.close(figure)
@@ -201,10 +211,22 @@ def _charts(out: Path, hourly_rows: list, forecast_rows: list) -> None:
     axes.set_xlabel("hour (UTC)")
     axes.set_ylabel("messages")
     axes.grid(True, axis="y", alpha=0.3)
-    figure.autofmt_xdate()
+    _hour_axis(axes, list(totals))
     figure.tight_layout()
     figure.savefig(out / "forecast.png", dpi=100)
     pyplot.close(figure)
+
+
+def _hour_axis(axes, hours: list) -> None:
+    """Hours on the x axis, from an hour before the first to an hour after the last:
+    a single hour must not stretch the axis over years."""
+    from matplotlib import dates
+
+    if hours:
+        axes.set_xlim(min(hours) - dt.timedelta(hours=1), max(hours) + dt.timedelta(hours=2))
+    locator = dates.AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
 
 
 def main_report(arguments, settings) -> None:
