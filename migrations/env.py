@@ -10,8 +10,9 @@ from sqlalchemy import create_engine, pool, text
 from app.config import Settings
 from app.storage.tables import metadata
 
-# Any constant: replicas that start together take turns to migrate (PostgreSQL).
-_MIGRATION_LOCK_ID = 0x486F7572  # "Hour"
+# Any constants: replicas that start together take turns to migrate.
+_MIGRATION_LOCK_ID = 0x486F7572  # "Hour", PostgreSQL's advisory lock
+_MIGRATION_LOCK_NAME = "hourglass_migrations"  # MariaDB's GET_LOCK
 
 config = context.config
 if config.config_file_name is not None:
@@ -42,10 +43,18 @@ def run_migrations_online() -> None:
             compare_type=True,
             render_as_batch=connection.dialect.name == "sqlite",
         )
-        with context.begin_transaction():
-            if connection.dialect.name == "postgresql":
-                connection.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_ID})"))
-            context.run_migrations()
+        if connection.dialect.name in ("mysql", "mariadb"):
+            # MariaDB commits each DDL statement by itself, so a transaction cannot
+            # hold the turn: a named lock of this session does, until it is released.
+            connection.execute(text(f"SELECT GET_LOCK('{_MIGRATION_LOCK_NAME}', 300)"))
+        try:
+            with context.begin_transaction():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_ID})"))
+                context.run_migrations()
+        finally:
+            if connection.dialect.name in ("mysql", "mariadb"):
+                connection.execute(text(f"SELECT RELEASE_LOCK('{_MIGRATION_LOCK_NAME}')"))
     engine.dispose()
 
 

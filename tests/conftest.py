@@ -1,10 +1,10 @@
 """Shared fixtures: the databases every contract test runs on, a fake clock, clean tables.
 
-HOURGLASS_TEST_DATABASES picks the databases (default `sqlite,postgresql`);
-HOURGLASS_TEST_POSTGRESQL_URL says which PostgreSQL server to use (its database
-name is the prefix of the databases each run creates for itself and drops at
-the end). A database that is asked for but does not answer fails the run: it is
-never skipped.
+HOURGLASS_TEST_DATABASES picks the databases (default `sqlite,postgresql,mariadb`);
+HOURGLASS_TEST_POSTGRESQL_URL and HOURGLASS_TEST_MARIADB_URL say which servers to
+use (their database name is the prefix of the databases each run creates for
+itself and drops at the end). A database that is asked for but does not answer
+fails the run: it is never skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from app.storage.tables import metadata
 
 DATABASES = [
     name.strip()
-    for name in os.environ.get("HOURGLASS_TEST_DATABASES", "sqlite,postgresql").split(",")
+    for name in os.environ.get("HOURGLASS_TEST_DATABASES", "sqlite,postgresql,mariadb").split(",")
     if name.strip()
 ]
 POSTGRESQL_URL = normalize_database_url(
@@ -38,7 +38,13 @@ POSTGRESQL_URL = normalize_database_url(
         "HOURGLASS_TEST_POSTGRESQL_URL", "postgresql://root@127.0.0.1:5432/hourglass_test"
     )
 )
-_KNOWN = {"sqlite", "postgresql"}
+MARIADB_URL = normalize_database_url(
+    os.environ.get("HOURGLASS_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/hourglass_test")
+)
+SERVER_URLS = {"postgresql": POSTGRESQL_URL, "mariadb": MARIADB_URL}
+# The databases with a server process: several connections, row locks, restarts.
+SERVERS = [name for name in DATABASES if name in SERVER_URLS]
+_KNOWN = {"sqlite", *SERVER_URLS}
 if unknown := set(DATABASES) - _KNOWN:
     raise pytest.UsageError(f"HOURGLASS_TEST_DATABASES names unknown databases: {sorted(unknown)}")
 
@@ -68,53 +74,76 @@ class Database:
         return Settings(database_url=self.url, auto_migrate=False, **overrides)
 
 
-def _postgresql_admin(url: str):
-    """An autocommit engine on the server's maintenance database; fails (never skips) without a server."""
+def _admin(url: str):
+    """An autocommit engine on the server, outside any of our databases; fails (never
+    skips) without a server."""
     target = make_url(url)
-    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    backend = target.get_backend_name()
+    maintenance = "postgres" if backend == "postgresql" else "mysql"
+    admin = create_engine(target.set(database=maintenance), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as error:  # noqa: BLE001 - whatever it is, the run must fail loudly
         admin.dispose()
+        variable = f"HOURGLASS_TEST_{'POSTGRESQL' if backend == 'postgresql' else 'MARIADB'}_URL"
         pytest.fail(
-            f"PostgreSQL is not answering at {target.render_as_string(hide_password=True)}: {error}\n"
-            "Start it, point HOURGLASS_TEST_POSTGRESQL_URL at one, or run only SQLite with "
-            "HOURGLASS_TEST_DATABASES=sqlite.",
+            f"{backend} is not answering at {target.render_as_string(hide_password=True)}: "
+            f"{error}\nStart it, point {variable} at one, or leave it out of "
+            "HOURGLASS_TEST_DATABASES (for instance HOURGLASS_TEST_DATABASES=sqlite).",
             pytrace=False,
         )
     return admin
 
 
 @contextmanager
-def scratch_postgresql_database(purpose: str) -> Iterator[str]:
-    """A new, empty PostgreSQL database on the test server, dropped afterwards.
+def scratch_database(server: str, purpose: str) -> Iterator[str]:
+    """A new, empty database on the test server `server` ("postgresql" or "mariadb"),
+    dropped afterwards.
 
     Every test run gets its own databases, so runs on one machine never meet.
     """
-    base = make_url(POSTGRESQL_URL)
+    base = make_url(SERVER_URLS[server])
     name = f"{base.database}_{purpose}_{uuid.uuid4().hex[:8]}"
-    admin = _postgresql_admin(POSTGRESQL_URL)
+    admin = _admin(SERVER_URLS[server])
+    quoted = admin.dialect.identifier_preparer.quote_identifier(name)
     try:
         with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
+            connection.execute(text(f"CREATE DATABASE {quoted}"))
         try:
             yield base.set(database=name).render_as_string(hide_password=False)
         finally:
+            force = " WITH (FORCE)" if server == "postgresql" else ""
             with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                connection.execute(text(f"DROP DATABASE IF EXISTS {quoted}{force}"))
     finally:
         admin.dispose()
+
+
+def _server_url(server: str) -> Iterator[str]:
+    if server not in DATABASES:
+        pytest.skip(f"{server} left out by HOURGLASS_TEST_DATABASES")
+    with scratch_database(server, "run") as url:
+        upgrade_to_head(url)
+        yield url
 
 
 @pytest.fixture(scope="session")
 def postgresql_url() -> Iterator[str]:
     """A migrated PostgreSQL database of this run's own; fails (never skips) without a server."""
-    if "postgresql" not in DATABASES:
-        pytest.skip("PostgreSQL left out by HOURGLASS_TEST_DATABASES")
-    with scratch_postgresql_database("run") as url:
-        upgrade_to_head(url)
-        yield url
+    yield from _server_url("postgresql")
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """A migrated MariaDB database of this run's own; fails (never skips) without a server."""
+    yield from _server_url("mariadb")
+
+
+@pytest.fixture(scope="session", params=SERVERS)
+def server_url(request: pytest.FixtureRequest) -> str:
+    """Each database with a server process, for the concurrency tests."""
+    return request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture(scope="session")

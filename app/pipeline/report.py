@@ -31,29 +31,42 @@ from app.storage.tables import delayed_queue, delivery_history
 ROWS_PER_PARTITION = 250_000
 
 
+# Per server backend: the JDBC scheme, the driver class, what the URL ends with.
+_JDBC = {
+    "postgresql": ("postgresql", "org.postgresql.Driver", ""),
+    # MariaDB's driver takes the jdbc:mysql: scheme when permitted, and with it Spark
+    # quotes names with backticks (with jdbc:mariadb: it would use double quotes,
+    # which MariaDB reads as strings).
+    "mariadb": ("mysql", "org.mariadb.jdbc.Driver", "?permitMysqlScheme"),
+    "mysql": ("mysql", "org.mariadb.jdbc.Driver", "?permitMysqlScheme"),
+}
+
+
 def jdbc_source(database_url: str) -> tuple[str, dict[str, str]]:
     """The JDBC URL and connection properties for a SQLAlchemy database URL."""
     url = make_url(database_url)
     backend = url.get_backend_name()
     if backend == "sqlite":
         return f"jdbc:sqlite:{url.database}", {"driver": "org.sqlite.JDBC"}
+    if backend not in _JDBC:
+        raise ValueError(f"no JDBC source for {backend} URLs")
+    scheme, driver, ending = _JDBC[backend]
+    host = url.host or "localhost"
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    port = f":{url.port}" if url.port else ""
+    # fetchsize: stream each partition through a cursor instead of holding it whole.
+    properties = {"driver": driver, "fetchsize": "10000"}
+    if url.username:
+        properties["user"] = url.username
+    if url.password:
+        properties["password"] = url.password
     if backend == "postgresql":
-        host = url.host or "localhost"
-        if ":" in host:  # an IPv6 address
-            host = f"[{host}]"
-        port = f":{url.port}" if url.port else ""
-        # fetchsize: stream each partition through a cursor instead of holding it whole.
-        properties = {"driver": "org.postgresql.Driver", "fetchsize": "10000"}
-        if url.username:
-            properties["user"] = url.username
-        if url.password:
-            properties["password"] = url.password
         # Connection parameters of the URL (sslmode, sslrootcert, …): pgJDBC takes
         # libpq's names for these, and ignores those it does not know.
         for name, value in url.query.items():
             properties[name] = value if isinstance(value, str) else value[-1]
-        return f"jdbc:postgresql://{host}{port}/{url.database}", properties
-    raise ValueError(f"no JDBC source for {backend} URLs")
+    return f"jdbc:{scheme}://{host}{port}/{url.database}{ending}", properties
 
 
 def read_table(spark: SparkSession, database_url: str, table, columns: dict[str, str]) -> DataFrame:
@@ -69,8 +82,9 @@ def read_table(spark: SparkSession, database_url: str, table, columns: dict[str,
     finally:
         engine.dispose()
     jdbc_url, properties = jdbc_source(database_url)
-    quoted = ", ".join(f'"{column}"' for column in columns)
-    query = f'(SELECT {quoted} FROM {table.name}) AS "{table.name}"'
+    quote = engine.dialect.identifier_preparer.quote_identifier  # "x", or `x` on MariaDB
+    names = ", ".join(quote(column) for column in columns)
+    query = f"(SELECT {names} FROM {quote(table.name)}) AS {quote(table.name)}"
     if not count:
         read = spark.read.jdbc(jdbc_url, query, properties=properties)
     else:

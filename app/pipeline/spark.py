@@ -7,9 +7,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-# JDBC drivers from Debian's libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java;
-# elsewhere pass --jars (or spark.jars.packages).
-DEBIAN_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/sqlite-jdbc.jar")
+# JDBC drivers from Debian's libpostgresql-jdbc-java, libmariadb-java and
+# libxerial-sqlite-jdbc-java; elsewhere pass --jars (or spark.jars.packages).
+DEBIAN_JARS = (
+    "/usr/share/java/postgresql.jar",
+    "/usr/share/java/mariadb-java-client.jar",
+    "/usr/share/java/sqlite-jdbc.jar",
+)
 
 
 def spark_session(

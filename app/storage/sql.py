@@ -51,6 +51,18 @@ HISTORY_COLUMNS = (
 )
 
 
+# The message table's columns a history row takes, in HISTORY_COLUMNS' order.
+HISTORY_SOURCE = (
+    "pKind",
+    "pKey",
+    "scheduledAtInitially",
+    "createdAt",
+    "firstDeliveredAt",
+    "lastDeliveredAt",
+    "deliveries",
+)
+
+
 def history_values(rows) -> tuple:
     """The history's values for each of `rows` (the message table, or rows it returned)."""
     return (

@@ -712,8 +712,7 @@ class SqlStore:
         recorded_delete = self._recorded_deletes.get(removal)
         if recorded_delete is not None:
             return connection.execute(recorded_delete, parameters).rowcount
-        connection.execute(removal.record, parameters)
-        return connection.execute(removal.delete, parameters).rowcount
+        return self.dialect.remove_recorded(connection, removal, parameters)
 
     def _transaction_over_keys(self, work: Callable[[Connection], T], what: str) -> T:
         """`work` in one transaction, again when it found a unique key taken: another

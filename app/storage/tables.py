@@ -24,11 +24,20 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 # MariaDB's plain BLOB stops at 64 KiB; payloads may be up to the configured limit.
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
-# MariaDB: InnoDB, and keys that compare exactly (case-sensitively, byte for byte).
+# MariaDB: InnoDB, and keys that compare exactly: case-sensitively, byte for byte, and
+# without PAD SPACE (with utf8mb4_bin, 'key' and 'key ' would be one key).
 _INNODB_UTF8_BIN = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    "mysql_collate": "utf8mb4_bin",
+    # Both prefixes: SQLAlchemy's mariadb dialect (mariadb://) reads only mariadb_*,
+    # its mysql dialect (mysql://) only mysql_*.
+    **{
+        f"{prefix}_{name}": value
+        for prefix in ("mysql", "mariadb")
+        for name, value in (
+            ("engine", "InnoDB"),
+            ("charset", "utf8mb4"),
+            ("collate", "utf8mb4_nopad_bin"),
+        )
+    },
 }
 
 # The seed design's table, column for column. Times are epoch milliseconds.

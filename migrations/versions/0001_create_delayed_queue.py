@@ -37,9 +37,16 @@ def upgrade() -> None:
         sa.Column("scheduledAtInitially", sa.BigInteger(), nullable=False),
         sa.Column("createdAt", sa.BigInteger(), nullable=False),
         sa.Column("lockUuid", sa.String(36), nullable=True),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        # Both prefixes: SQLAlchemy's mariadb dialect reads only mariadb_*, mysql only mysql_*.
+        **{
+            f"{prefix}_{name}": value
+            for prefix in ("mysql", "mariadb")
+            for name, value in (
+                ("engine", "InnoDB"),
+                ("charset", "utf8mb4"),
+                ("collate", "utf8mb4_nopad_bin"),
+            )
+        },
     )
     op.create_index("delayed_queue__key_kind_uq", "delayed_queue", ["pKey", "pKind"], unique=True)
     op.create_index(

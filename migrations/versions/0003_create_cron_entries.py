@@ -33,9 +33,16 @@ def upgrade() -> None:
         sa.Column("createdAt", sa.BigInteger(), nullable=False),
         sa.Column("updatedAt", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        # Both prefixes: SQLAlchemy's mariadb dialect reads only mariadb_*, mysql only mysql_*.
+        **{
+            f"{prefix}_{name}": value
+            for prefix in ("mysql", "mariadb")
+            for name, value in (
+                ("engine", "InnoDB"),
+                ("charset", "utf8mb4"),
+                ("collate", "utf8mb4_nopad_bin"),
+            )
+        },
     )
 
 

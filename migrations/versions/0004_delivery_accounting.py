@@ -23,9 +23,17 @@ branch_labels = None
 depends_on = None
 
 _TABLE_OPTIONS = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    "mysql_collate": "utf8mb4_bin",
+    # Both prefixes: SQLAlchemy's mariadb dialect (mariadb://) reads only mariadb_*,
+    # its mysql dialect (mysql://) only mysql_*.
+    **{
+        f"{prefix}_{name}": value
+        for prefix in ("mysql", "mariadb")
+        for name, value in (
+            ("engine", "InnoDB"),
+            ("charset", "utf8mb4"),
+            ("collate", "utf8mb4_nopad_bin"),
+        )
+    },
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import scratch_postgresql_database
+from tests.conftest import scratch_database
 from tests.server import running_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.postgresql_only
 
 
 def test_schemathesis_finds_no_server_error_and_no_answer_off_the_schema(tmp_path):
-    with scratch_postgresql_database("fuzz") as url, running_server(url) as server:
+    with scratch_database("postgresql", "fuzz") as url, running_server(url) as server:
         finished = subprocess.run(
             [
                 sys.executable,

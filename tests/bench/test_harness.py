@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import scratch_postgresql_database
+from tests.conftest import SERVERS, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
     output = tmp_path / "bench.json"
     results = ROOT / "bench" / "RESULTS.md"
     recorded = results.read_text()
-    with scratch_postgresql_database("bench") as url:
+    with scratch_database("postgresql", "bench") as url:
         plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
         finished = subprocess.run(
             [
@@ -64,3 +64,32 @@ def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
     throughput = [w for w in workloads if w["unit"] == "msg/s"]
     assert throughput and all(w["service"] > 0 and w["ceiling"] > 0 for w in throughput)
     assert results.read_text() == recorded  # --quick leaves the recorded figures alone
+
+
+@pytest.mark.server_databases
+def test_the_mariadb_benchmark_runs_every_workload_against_its_ceiling():
+    if "mariadb" not in SERVERS:
+        pytest.skip("MariaDB left out by HOURGLASS_TEST_DATABASES")
+    with scratch_database("mariadb", "bench") as url:
+        finished = subprocess.run(
+            [sys.executable, "bench/mariadb.py", "--quick", "--database-url", url],
+            check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    rows = [
+        line for line in finished.stdout.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    names = [row.split(" | ")[0].lstrip("| ") for row in rows[1:]]
+    assert names == [
+        "offer, 8 clients",
+        "batch of 1000, 4 clients",
+        "drain max=1, 8 workers",
+        "drain max=100, 8 workers",
+    ]
+    for row in rows[1:]:
+        service, ceiling = (float(cell.replace(",", "")) for cell in row.split(" | ")[1:3])
+        assert service > 0 and ceiling > 0, row

@@ -1,4 +1,4 @@
-"""kill -9 in the middle of offers and polls, then a restart: nothing that was accepted is lost."""
+"""kill -9 in the middle of offers and polls, then a restart (PostgreSQL, MariaDB): nothing that was accepted is lost."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import pytest
 from tests.conftest import truncate_all
 from tests.server import running_server
 
-pytestmark = pytest.mark.postgresql_only
+pytestmark = pytest.mark.server_databases
 
 PRODUCERS, CONSUMERS = 3, 3
 KILL_AFTER_OFFERS = 300
 LEASE = 1  # seconds: what the killed server had leased comes back quickly
 
 
-def test_a_killed_server_loses_nothing_it_accepted(postgresql_url):
-    truncate_all(postgresql_url)
+def test_a_killed_server_loses_nothing_it_accepted(server_url):
+    truncate_all(server_url)
     accepted: set[str] = set()
     # Received by a worker before the crash. An acknowledgement in flight may have
     # deleted its messages without the worker hearing back: they were delivered.
@@ -58,7 +58,7 @@ def test_a_killed_server_loses_nothing_it_accepted(postgresql_url):
                 except (httpx.HTTPError, ValueError):
                     return  # the server is gone
 
-    with running_server(postgresql_url) as first, ThreadPoolExecutor(PRODUCERS + CONSUMERS) as pool:
+    with running_server(server_url) as first, ThreadPoolExecutor(PRODUCERS + CONSUMERS) as pool:
         work = [pool.submit(produce, n, first.url) for n in range(PRODUCERS)]
         work += [pool.submit(consume, first.url) for _ in range(CONSUMERS)]
         assert enough.wait(60), "the load never reached the kill point"
@@ -67,7 +67,7 @@ def test_a_killed_server_loses_nothing_it_accepted(postgresql_url):
             future.result(timeout=60)
 
     with (
-        running_server(postgresql_url) as second,
+        running_server(server_url) as second,
         httpx.Client(base_url=second.url, timeout=30) as client,
     ):
         # Leases taken by the dead server run out within LEASE seconds: wait for them.

@@ -1,4 +1,4 @@
-"""Two service instances on one PostgreSQL, their cron managers racing over the same entries."""
+"""Two service instances on one PostgreSQL (or MariaDB) database, their cron managers racing over the same entries."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from app.main import create_app
 from tests.conftest import FakeClock, truncate_all
 from tests.helpers import keys_of, poll
 
-pytestmark = pytest.mark.postgresql_only
+pytestmark = pytest.mark.server_databases
 
 TICKS = 24  # four hours of ten-minute ticks
 
 
-def test_two_replicas_install_every_run_once_and_each_is_delivered_once(postgresql_url):
-    truncate_all(postgresql_url)
+def test_two_replicas_install_every_run_once_and_each_is_delivered_once(server_url):
+    truncate_all(server_url)
     clock = FakeClock()
-    settings = Settings(database_url=postgresql_url, auto_migrate=False)
+    settings = Settings(database_url=server_url, auto_migrate=False)
     with (
         TestClient(create_app(settings, clock=clock)) as first,
         TestClient(create_app(settings, clock=clock)) as second,

@@ -1,4 +1,4 @@
-"""Eight workers on a real server and PostgreSQL, acknowledging only some messages: every
+"""Eight workers on a real server, on PostgreSQL and MariaDB, acknowledging only some messages: every
 message ends acknowledged or dead-lettered, exactly once in the history, and no delivery
 is handed out twice."""
 
@@ -18,7 +18,7 @@ from tests.conftest import truncate_all
 from tests.helpers import history_rows
 from tests.server import running_server
 
-pytestmark = pytest.mark.postgresql_only
+pytestmark = pytest.mark.server_databases
 
 MESSAGES, WORKERS = 300, 8
 MAX_DELIVERIES = 2
@@ -32,9 +32,9 @@ def wants_to_acknowledge(key: str, delivery: int) -> bool:
 
 
 def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_once(
-    postgresql_url,
+    server_url,
 ):
-    truncate_all(postgresql_url)
+    truncate_all(server_url)
     lock = threading.Condition()
     # key -> (delivery number, when its lease ends) per delivery, epoch ms
     seen: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -79,7 +79,7 @@ def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_on
                         dead_letters.update(message["key"] for message in body["messages"])
                         lock.notify_all()
 
-    with running_server(postgresql_url) as server, httpx.Client(base_url=server.url) as client:
+    with running_server(server_url) as server, httpx.Client(base_url=server.url) as client:
         settings = client.put("/v1/queues/q/settings", json={"max_deliveries": MAX_DELIVERIES})
         assert settings.status_code == 200
         batch = [{"key": str(number), "payload": number} for number in range(MESSAGES)]
@@ -118,7 +118,7 @@ def test_workers_that_fail_some_messages_end_with_each_acked_or_dead_lettered_on
             assert next_lease_ends - LEASE * 1000 >= lease_ended, (key, deliveries)
     assert all(len(seen[key]) == MAX_DELIVERIES for key in never)
 
-    history = [row for row in history_rows(postgresql_url) if row["queue"] == "q"]
+    history = [row for row in history_rows(server_url) if row["queue"] == "q"]
     assert sorted(row["key"] for row in history) == sorted(keys)  # each exactly once
     for row in history:
         expected = "acknowledged" if row["key"] in acknowledged else "dead_lettered"

@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import FakeClock, scratch_postgresql_database, truncate_all
+from tests.conftest import FakeClock, scratch_database, truncate_all
 from tests.helpers import poll, put
 
 pytestmark = pytest.mark.postgresql_only
@@ -44,7 +44,7 @@ def test_killed_connections_are_replaced_without_a_restart(postgresql_url):
 
 def test_an_unmigrated_database_is_503_not_500():
     with (
-        scratch_postgresql_database("unmigrated") as url,
+        scratch_database("postgresql", "unmigrated") as url,
         TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client,
     ):
         response = put(client, "q", "k", 1)

@@ -13,6 +13,7 @@ A_LOCK = "0b0e6c3e-7f39-4b0c-9a51-2f1d3c4e5a6b"
 UNREACHABLE = {
     # Nothing listens on port 1; a directory that does not exist cannot hold a file.
     "postgresql": "postgresql://root@127.0.0.1:1/hourglass_test",
+    "mariadb": "mariadb://root@127.0.0.1:1/hourglass_test",
     "sqlite": "sqlite:////nonexistent-directory/hourglass.db",
 }
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import column, create_engine, insert, inspect, table, text
 
 from app.storage.schema import alembic_config
-from tests.conftest import scratch_postgresql_database
+from tests.conftest import SERVERS, scratch_database
 
 
 @pytest.fixture
@@ -16,7 +20,7 @@ def empty_database_url(database, tmp_path):
     if database.name == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
-    with scratch_postgresql_database("migrations") as url:
+    with scratch_database(database.name, "migrations") as url:
         yield url
 
 
@@ -68,19 +72,24 @@ def test_postgresql_vacuums_the_queue_table_after_a_fixed_number_of_dead_rows(po
     assert "autovacuum_vacuum_scale_factor=0.01" in options
 
 
+_SEED_VALUES = {
+    "pKey": "k",
+    "pKind": "q",
+    "payload": b"1",
+    "scheduledAt": 5,
+    "scheduledAtInitially": 5,
+    "createdAt": 1,
+}
+
+
 def test_revision_0004_keeps_existing_messages_both_ways(empty_database_url):
     config = alembic_config(empty_database_url)
     command.upgrade(config, "0003")
     engine = create_engine(empty_database_url)
     try:
         with engine.begin() as connection:
-            connection.execute(
-                text(
-                    'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-                    "\"scheduledAtInitially\", \"createdAt\") VALUES ('k', 'q', :p, 5, 5, 1)"
-                ),
-                {"p": b"1"},
-            )
+            seed = table("delayed_queue", *(column(name) for name in _SEED_VALUES))
+            connection.execute(insert(seed).values(_SEED_VALUES))  # quoted as each database quotes
         command.upgrade(config, "head")
         with engine.connect() as connection:
             row = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
@@ -94,3 +103,23 @@ def test_revision_0004_keeps_existing_messages_both_ways(empty_database_url):
         command.check(config)
     finally:
         engine.dispose()
+
+
+@pytest.mark.server_databases
+@pytest.mark.parametrize("server", SERVERS)
+def test_replicas_migrating_one_new_database_at_once_take_turns(server):
+    with scratch_database(server, "replicas") as url:
+        replicas = [
+            subprocess.Popen(
+                [sys.executable, "-m", "app", "migrate"],
+                env={**os.environ, "HOURGLASS_DATABASE_URL": url},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        for replica in replicas:  # none fails on a table another one created
+            _, errors = replica.communicate(timeout=120)
+            assert replica.returncode == 0, errors[-2000:]
+        command.check(alembic_config(url))

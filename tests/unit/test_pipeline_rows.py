@@ -73,3 +73,7 @@ def test_database_urls_map_to_jdbc_sources():
     assert url == "jdbc:postgresql://localhost/hourglass"
     assert "user" not in properties  # the driver's default, as libpq's
     assert jdbc_source("sqlite:////var/lib/hourglass.db")[0] == "jdbc:sqlite:/var/lib/hourglass.db"
+    url, properties = jdbc_source("mariadb+mysqldb://app:secret@db:3307/hourglass")
+    assert url == "jdbc:mysql://db:3307/hourglass?permitMysqlScheme"  # backticks in Spark
+    assert properties["driver"] == "org.mariadb.jdbc.Driver"
+    assert (properties["user"], properties["password"]) == ("app", "secret")

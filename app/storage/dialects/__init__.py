@@ -14,12 +14,17 @@ def for_engine_url(url: str) -> Dialect:
         from app.storage.dialects.postgresql import PostgreSQLDialect
 
         return PostgreSQLDialect()
+    if backend in ("mariadb", "mysql"):  # mysql://… is MariaDB's too
+        from app.storage.dialects.mariadb import MariaDBDialect
+
+        return MariaDBDialect()
     if backend == "sqlite":
         from app.storage.dialects.sqlite import SQLiteDialect
 
         return SQLiteDialect()
     raise ValueError(
-        f"unsupported database {backend!r}: use PostgreSQL (postgresql://…) or SQLite (sqlite:///…)"
+        f"unsupported database {backend!r}: use PostgreSQL (postgresql://…), MariaDB "
+        "(mariadb://…) or SQLite (sqlite:///…)"
     )
 
 

@@ -70,6 +70,18 @@ class Dialect:
         None: then the store runs its INSERT and its DELETE in one transaction."""
         return None
 
+    def remove_recorded(
+        self, connection: Connection, removal: sql.Removal, parameters: dict
+    ) -> int:
+        """Record `removal`'s rows in the history and delete them, in the caller's
+        transaction (when `recorded_delete` gave no single statement); how many.
+
+        Here the INSERT … SELECT, then the DELETE: right where writers are serialized
+        (SQLite). A database where another transaction can change the rows between
+        the two reads must do better."""
+        connection.execute(removal.record, parameters)
+        return connection.execute(removal.delete, parameters).rowcount
+
     def is_unique_violation(self, error: DBAPIError) -> bool:
         """The statement would have written a unique key that exists."""
         return False

@@ -34,15 +34,6 @@ from app.storage.tables import delayed_queue as queue_table
 from app.storage.tables import delivery_history
 
 # The message columns a removal records in the history (sql.history_values).
-_HISTORY_SOURCE = (
-    "pKind",
-    "pKey",
-    "scheduledAtInitially",
-    "createdAt",
-    "firstDeliveredAt",
-    "lastDeliveredAt",
-    "deliveries",
-)
 
 # One round trip: lock the due rows (skipping those other polls hold), lease them,
 # and return each row with its scheduledAt from *before* the lease, which tells a
@@ -216,7 +207,7 @@ class PostgreSQLDialect(Dialect):
         gone = (
             delete(queue_table)
             .where(removal.where)
-            .returning(*(sql.columns[name] for name in _HISTORY_SOURCE))
+            .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
             .cte("gone")
         )
         return (

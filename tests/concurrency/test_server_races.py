@@ -1,4 +1,4 @@
-"""Concurrency on real PostgreSQL: a real server process, real HTTP, real threads.
+"""Concurrency on real PostgreSQL and MariaDB: a real server process, real HTTP, real threads.
 
 Each claim here would fail if it were false: same-key races produce one
 creation, a drain by many workers delivers every message to exactly one of
@@ -19,7 +19,7 @@ from tests.conftest import truncate_all
 from tests.helpers import stored_rows
 from tests.server import running_server
 
-pytestmark = pytest.mark.postgresql_only
+pytestmark = pytest.mark.server_databases
 
 # A lease far longer than any test: a message delivered twice was delivered to two
 # workers at once, not redelivered after its lease.
@@ -28,14 +28,14 @@ TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def server(postgresql_url: str) -> Iterator[str]:
-    with running_server(postgresql_url) as running:
+def server(server_url: str) -> Iterator[str]:
+    with running_server(server_url) as running:
         yield running.url
 
 
 @pytest.fixture
-def base_url(server: str, postgresql_url: str) -> str:
-    truncate_all(postgresql_url)
+def base_url(server: str, server_url: str) -> str:
+    truncate_all(server_url)
     return server
 
 
@@ -44,7 +44,7 @@ def _client(base_url: str) -> httpx.Client:
 
 
 @pytest.mark.parametrize("if_exists", ["update", "ignore"])
-def test_ten_clients_offering_one_key_at_once_create_it_once(base_url, postgresql_url, if_exists):
+def test_ten_clients_offering_one_key_at_once_create_it_once(base_url, server_url, if_exists):
     clients = 10
     keys = [f"race-{index}" for index in range(20)]
     barrier = threading.Barrier(clients)
@@ -75,7 +75,7 @@ def test_ten_clients_offering_one_key_at_once_create_it_once(base_url, postgresq
         if if_exists == "ignore":
             assert outcomes["ignored"] == clients - 1
     assert all(status == (201 if outcome == "created" else 200) for _, outcome, status in results)
-    assert sorted(row["pKey"] for row in stored_rows(postgresql_url)) == sorted(keys)
+    assert sorted(row["pKey"] for row in stored_rows(server_url)) == sorted(keys)
 
 
 def _offer_batches(client: httpx.Client, queue: str, keys: list[str], size: int = 1000) -> None:
@@ -112,7 +112,7 @@ def _drain(
             assert acked.status_code == 204, acked.text
 
 
-def test_eight_workers_drain_5000_messages_each_delivered_exactly_once(base_url, postgresql_url):
+def test_eight_workers_drain_5000_messages_each_delivered_exactly_once(base_url, server_url):
     keys = [f"m{index:05d}" for index in range(5000)]
     with _client(base_url) as client:
         _offer_batches(client, "drain", keys)
@@ -128,10 +128,10 @@ def test_eight_workers_drain_5000_messages_each_delivered_exactly_once(base_url,
     assert [key for key, count in delivered.items() if count > 1] == [], "delivered to two workers"
     assert all(delivery == "first" for worker in per_worker for _, delivery in worker)
     assert sum(1 for worker in per_worker if worker) == len(batch_sizes), "a worker starved"
-    assert stored_rows(postgresql_url) == []
+    assert stored_rows(server_url) == []
 
 
-def test_producers_and_consumers_together_lose_nothing(base_url, postgresql_url):
+def test_producers_and_consumers_together_lose_nothing(base_url, server_url):
     producers, batches, per_batch, consumers = 3, 10, 100, 5
     done_producing = threading.Event()
 
@@ -158,4 +158,4 @@ def test_producers_and_consumers_together_lose_nothing(base_url, postgresql_url)
     }
     assert set(delivered) == expected
     assert max(delivered.values()) == 1
-    assert stored_rows(postgresql_url) == []
+    assert stored_rows(server_url) == []

@@ -1,0 +1,120 @@
+"""MariaDB (10.6+), through mysqlclient: what differs from the generic statements.
+
+- Writes that skip existing keys are `INSERT IGNORE … RETURNING`. IGNORE would
+  also turn other errors (a value too long, a NULL) into warnings and write a
+  changed row; so after every INSERT IGNORE the warnings are read, and any but
+  "duplicate entry" fails the statement, and its transaction rolls back.
+- A poll selects `FOR UPDATE SKIP LOCKED`, then updates (MariaDB has no
+  `UPDATE … RETURNING`): the generic claim, in one transaction.
+- A removal deletes `… RETURNING` and records what it deleted in the history.
+- Transactions run at READ COMMITTED: REPEATABLE READ's gap locks would make
+  offers and polls of one queue wait on each other, and deadlock.
+- Errors are told apart by their numbers, never by their text.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, ClassVar
+
+from sqlalchemy import Table, event
+from sqlalchemy.dialects.mysql import insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.dml import Delete, Insert
+
+from app.storage import sql
+from app.storage.dialects.base import Dialect
+from app.storage.tables import delivery_history
+
+_DUPLICATE_ENTRY = 1062
+_DUPLICATE_ENTRY_WITH_KEY_NAME = 1586
+_LOCK_WAIT_TIMEOUT = 1205
+_DEADLOCK = 1213
+_NO_SUCH_TABLE = 1146
+# The server cannot serve now: too many connections, shutting down, read-only,
+# killed connection, and the client's "cannot connect" and "connection lost".
+_UNAVAILABLE = {1040, 1053, 1290, 1836, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+
+
+class MariaDBInsertError(RuntimeError):
+    """INSERT IGNORE skipped something other than an existing key."""
+
+
+class MariaDBDialect(Dialect):
+    name = "mariadb"
+    read_options: ClassVar[dict[str, Any]] = {}
+
+    def engine_options(self) -> dict[str, Any]:
+        return {
+            "isolation_level": "READ COMMITTED",
+            # The server closes connections idle for wait_timeout (8 hours by default).
+            "pool_recycle": 3600,
+            "connect_args": {
+                "charset": "utf8mb4",
+                "connect_timeout": 5,
+                # Payloads go as _binary'…' literals, never read as utf8mb4 text.
+                "binary_prefix": True,
+            },
+        }
+
+    def configure_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "after_cursor_execute")
+        def _no_ignored_errors(_conn, cursor, statement: str, *_args: object) -> None:
+            if not statement.startswith("INSERT IGNORE"):
+                return
+            connection = cursor.connection
+            if not connection.warning_count():
+                return
+            # Another cursor: the RETURNING rows of this one are not read yet (they
+            # are held client-side, as mysqlclient stores every result).
+            warnings = connection.cursor()
+            try:
+                warnings.execute("SHOW WARNINGS")
+                other = [row for row in warnings.fetchall() if row[1] != _DUPLICATE_ENTRY]
+            finally:
+                warnings.close()
+            if other:
+                _level, code, message = other[0]
+                raise MariaDBInsertError(f"INSERT IGNORE would have hidden {code}: {message}")
+
+    def insert_ignoring_duplicates(self, table: Table) -> Insert:
+        return insert(table).prefix_with("IGNORE")
+
+    def remove_recorded(
+        self, connection: Connection, removal: sql.Removal, parameters: dict
+    ) -> int:
+        # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
+        # COMMITTED an INSERT … SELECT first would read without locking, and a row
+        # leased again in between would be recorded but not deleted.
+        gone = connection.execute(self._deleting(removal), parameters).all()
+        if gone:
+            finish = (parameters["outcome"], parameters["now"])
+            connection.execute(
+                insert(delivery_history),
+                [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
+            )
+        return len(gone)
+
+    @staticmethod
+    @cache
+    def _deleting(removal: sql.Removal) -> Delete:
+        return removal.delete.returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+
+    def is_unique_violation(self, error: DBAPIError) -> bool:
+        return _code(error) in (_DUPLICATE_ENTRY, _DUPLICATE_ENTRY_WITH_KEY_NAME)
+
+    def is_retryable(self, error: DBAPIError) -> bool:
+        return _code(error) in (_DEADLOCK, _LOCK_WAIT_TIMEOUT)
+
+    def is_unavailable(self, error: DBAPIError) -> bool:
+        return error.connection_invalidated or _code(error) in _UNAVAILABLE
+
+    def is_schema_missing(self, error: DBAPIError) -> bool:
+        return _code(error) == _NO_SUCH_TABLE
+
+
+def _code(error: DBAPIError) -> int | None:
+    """The server's (or the client library's) error number."""
+    arguments = getattr(error.orig, "args", ())
+    return arguments[0] if arguments and isinstance(arguments[0], int) else None
