@@ -17,6 +17,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
+from app.migrations.table_options import MARIADB_TABLE_OPTIONS
+
 metadata = MetaData()
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
@@ -24,21 +26,6 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 # MariaDB's plain BLOB stops at 64 KiB; payloads may be up to the configured limit.
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
-# MariaDB: InnoDB, and keys that compare exactly: case-sensitively, byte for byte, and
-# without PAD SPACE (with utf8mb4_bin, 'key' and 'key ' would be one key).
-_INNODB_UTF8_BIN = {
-    # Both prefixes: SQLAlchemy's mariadb dialect (mariadb://) reads only mariadb_*,
-    # its mysql dialect (mysql://) only mysql_*.
-    **{
-        f"{prefix}_{name}": value
-        for prefix in ("mysql", "mariadb")
-        for name, value in (
-            ("engine", "InnoDB"),
-            ("charset", "utf8mb4"),
-            ("collate", "utf8mb4_nopad_bin"),
-        )
-    },
-}
 
 # The seed design's table, column for column. Times are epoch milliseconds.
 # `pKind` is the queue name. `scheduledAt` is when the row is next due: for a
@@ -63,7 +50,7 @@ delayed_queue = Table(
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
-    **_INNODB_UTF8_BIN,
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
 # Cron entries (issue 4), one per name within a queue. `schedule` is the
@@ -81,7 +68,7 @@ cron_entries = Table(
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
-    **_INNODB_UTF8_BIN,
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
 # Per-queue settings (issue 6); a queue without a row has the defaults.
@@ -94,7 +81,7 @@ queue_settings = Table(
     Column("deadLetterQueue", String(100), nullable=True),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
-    **_INNODB_UTF8_BIN,
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
 # One row per message that left a queue (issue 6): acknowledged, dead-lettered or
@@ -114,5 +101,5 @@ delivery_history = Table(
     Column("outcome", String(16), nullable=False),
     Column("finishedAt", BigInteger, nullable=False),
     Index("delivery_history__finished_at_id_idx", "finishedAt", "id"),
-    **_INNODB_UTF8_BIN,
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

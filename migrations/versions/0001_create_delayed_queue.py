@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from app.migrations.table_options import MARIADB_TABLE_OPTIONS
 from sqlalchemy.dialects import mysql
 
 revision: str = "0001"
@@ -37,16 +38,7 @@ def upgrade() -> None:
         sa.Column("scheduledAtInitially", sa.BigInteger(), nullable=False),
         sa.Column("createdAt", sa.BigInteger(), nullable=False),
         sa.Column("lockUuid", sa.String(36), nullable=True),
-        # Both prefixes: SQLAlchemy's mariadb dialect reads only mariadb_*, mysql only mysql_*.
-        **{
-            f"{prefix}_{name}": value
-            for prefix in ("mysql", "mariadb")
-            for name, value in (
-                ("engine", "InnoDB"),
-                ("charset", "utf8mb4"),
-                ("collate", "utf8mb4_nopad_bin"),
-            )
-        },
+        **MARIADB_TABLE_OPTIONS,
     )
     op.create_index("delayed_queue__key_kind_uq", "delayed_queue", ["pKey", "pKind"], unique=True)
     op.create_index(

@@ -16,25 +16,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from app.migrations.table_options import MARIADB_TABLE_OPTIONS
 
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels = None
 depends_on = None
-
-_TABLE_OPTIONS = {
-    # Both prefixes: SQLAlchemy's mariadb dialect (mariadb://) reads only mariadb_*,
-    # its mysql dialect (mysql://) only mysql_*.
-    **{
-        f"{prefix}_{name}": value
-        for prefix in ("mysql", "mariadb")
-        for name, value in (
-            ("engine", "InnoDB"),
-            ("charset", "utf8mb4"),
-            ("collate", "utf8mb4_nopad_bin"),
-        )
-    },
-}
 
 
 def upgrade() -> None:
@@ -54,7 +41,7 @@ def upgrade() -> None:
         sa.Column("deadLetterQueue", sa.String(100), nullable=True),
         sa.Column("updatedAt", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("queue", name="queue_settings__pk"),
-        **_TABLE_OPTIONS,
+        **MARIADB_TABLE_OPTIONS,
     )
 
     op.create_table(
@@ -74,7 +61,7 @@ def upgrade() -> None:
         sa.Column("deliveries", sa.Integer(), nullable=False),
         sa.Column("outcome", sa.String(16), nullable=False),
         sa.Column("finishedAt", sa.BigInteger(), nullable=False),
-        **_TABLE_OPTIONS,
+        **MARIADB_TABLE_OPTIONS,
     )
     op.create_index(
         "delivery_history__finished_at_id_idx", "delivery_history", ["finishedAt", "id"]

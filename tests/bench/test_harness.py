@@ -17,34 +17,29 @@ from tests.conftest import SERVERS, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.postgresql_only
+
+def _bench(script: str, *arguments: str) -> str:
+    """Run bench/`script` --quick; what it printed."""
+    finished = subprocess.run(
+        [sys.executable, f"bench/{script}", "--quick", *arguments],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    return finished.stdout
 
 
+@pytest.mark.postgresql_only
 def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
     output = tmp_path / "bench.json"
     results = ROOT / "bench" / "RESULTS.md"
     recorded = results.read_text()
     with scratch_database("postgresql", "bench") as url:
         plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
-        finished = subprocess.run(
-            [
-                sys.executable,
-                "bench/run.py",
-                "--quick",
-                "--peers",
-                "",
-                "--json",
-                str(output),
-                "--database-url",
-                plain_url,
-            ],
-            check=False,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-    assert finished.returncode == 0, finished.stdout + finished.stderr
+        _bench("run.py", "--peers", "", "--json", str(output), "--database-url", plain_url)
     workloads = json.loads(output.read_text())["workloads"]
     names = [workload["name"] for workload in workloads]
     for expected in (
@@ -71,18 +66,8 @@ def test_the_mariadb_benchmark_runs_every_workload_against_its_ceiling():
     if "mariadb" not in SERVERS:
         pytest.skip("MariaDB left out by HOURGLASS_TEST_DATABASES")
     with scratch_database("mariadb", "bench") as url:
-        finished = subprocess.run(
-            [sys.executable, "bench/mariadb.py", "--quick", "--database-url", url],
-            check=False,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-    assert finished.returncode == 0, finished.stdout + finished.stderr
-    rows = [
-        line for line in finished.stdout.splitlines() if line.startswith("| ") and "---" not in line
-    ]
+        printed = _bench("mariadb.py", "--database-url", url)
+    rows = [line for line in printed.splitlines() if line.startswith("| ") and "---" not in line]
     names = [row.split(" | ")[0].lstrip("| ") for row in rows[1:]]
     assert names == [
         "offer, 8 clients",
