@@ -46,7 +46,14 @@ def run_migrations_online() -> None:
         if connection.dialect.name in ("mysql", "mariadb"):
             # MariaDB commits each DDL statement by itself, so a transaction cannot
             # hold the turn: a named lock of this session does, until it is released.
-            connection.execute(text(f"SELECT GET_LOCK('{_MIGRATION_LOCK_NAME}', 300)"))
+            # Its name is server-wide: the database's name is part of it.
+            taken = connection.execute(
+                text(f"SELECT GET_LOCK(CONCAT('{_MIGRATION_LOCK_NAME}.', DATABASE()), 300)")
+            ).scalar()
+            if taken != 1:
+                raise RuntimeError(
+                    "another process has been migrating this database for 300 s; not migrating"
+                )
         try:
             with context.begin_transaction():
                 if connection.dialect.name == "postgresql":
@@ -54,7 +61,9 @@ def run_migrations_online() -> None:
                 context.run_migrations()
         finally:
             if connection.dialect.name in ("mysql", "mariadb"):
-                connection.execute(text(f"SELECT RELEASE_LOCK('{_MIGRATION_LOCK_NAME}')"))
+                connection.execute(
+                    text(f"SELECT RELEASE_LOCK(CONCAT('{_MIGRATION_LOCK_NAME}.', DATABASE()))")
+                )
     engine.dispose()
 
 

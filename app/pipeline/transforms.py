@@ -69,7 +69,8 @@ def normalize(
         if isinstance(data_type, T.BinaryType):
             return F.decode(F.col(column), "UTF-8")
         if name == "payload" and isinstance(data_type, T.StructType | T.MapType | T.ArrayType):
-            return F.to_json(F.col(column))  # a nested payload column is its JSON
+            # A nested payload column is its JSON, null fields included.
+            return F.to_json(F.col(column), {"ignoreNullFields": "false"})
         return F.col(column).cast("string")
 
     return df.select(

@@ -173,8 +173,9 @@ class SqlStore:
             first_index.setdefault(offer.key, index)
 
         created: set[str] = set()
-        for chunk in _chunks(list(first_index.values()), _INSERT_CHUNK):
-            rows = [_row(queue, offers[index], now) for index in chunk]
+        firsts = [offers[index] for index in first_index.values()]
+        for chunk in self._insert_chunks(firsts):
+            rows = [_row(queue, offer, now) for offer in chunk]
             created.update(
                 self._autocommit(
                     lambda connection, rows=rows: self.dialect.insert_many(
@@ -186,9 +187,9 @@ class SqlStore:
         unchanged = self._unchanged(
             queue,
             [
-                offers[index]
-                for index in first_index.values()
-                if offers[index].key not in created and offers[index].if_exists is IfExists.UPDATE
+                offer
+                for offer in firsts
+                if offer.key not in created and offer.if_exists is IfExists.UPDATE
             ],
         )
         outcomes: list[Outcome] = []
@@ -218,9 +219,10 @@ class SqlStore:
         chunk instead of a locked read and a commit per key.
         """
         unchanged: set[str] = set()
+        digest = self.dialect.payload_digest
         for chunk in _chunks(offers, _INSERT_CHUNK):
             stored = {
-                row.pKey: (row.payload, row.scheduledAtInitially)
+                row.pKey: (row.digest, row.scheduledAtInitially)
                 for row in self._read(
                     lambda connection, chunk=chunk: connection.execute(
                         self.dialect.stored_offers,
@@ -231,9 +233,27 @@ class SqlStore:
             unchanged.update(
                 offer.key
                 for offer in chunk
-                if stored.get(offer.key) == (offer.payload, offer.scheduled_at)
+                if stored.get(offer.key) == (digest(offer.payload), offer.scheduled_at)
             )
         return unchanged
+
+    def _insert_chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
+        """`offers` in chunks of _INSERT_CHUNK, each smaller than the dialect's statement
+        limit where it has one (payloads counted twice: a text protocol escapes them)."""
+        limit = self.dialect.max_statement_bytes
+        if limit is None:
+            yield from _chunks(offers, _INSERT_CHUNK)
+            return
+        start = 0
+        while start < len(offers):
+            end, size = start, 0
+            while end < len(offers) and end - start < _INSERT_CHUNK:
+                size += 2 * len(offers[end].payload) + 1024  # the row's other values, roughly
+                if size > limit and end > start:
+                    break
+                end += 1
+            yield offers[start:end]
+            start = end
 
     def _insert(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in."""
@@ -651,10 +671,15 @@ class SqlStore:
             current = connection.execute(sql.cron_select_for_share, key).first()
             if current is None or current.configHash != entry.config_hash:
                 return None
-            rows = [_row(entry.queue, run, now) for run in runs]
             return sum(
-                len(self.dialect.insert_many(connection, self._insert_returning_keys, list(chunk)))
-                for chunk in _chunks(rows, _INSERT_CHUNK)
+                len(
+                    self.dialect.insert_many(
+                        connection,
+                        self._insert_returning_keys,
+                        [_row(entry.queue, run, now) for run in chunk],
+                    )
+                )
+                for chunk in self._insert_chunks(runs)
             )
 
         return self._transaction(install)

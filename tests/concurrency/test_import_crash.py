@@ -134,6 +134,22 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgre
                     {"holder": holder.connection.dbapi_connection.info.backend_pid},
                 )
             holder.rollback()
+
+            def only_the_test_is_connected() -> bool:  # the killed import's backends are gone
+                with engine.connect() as watcher:
+                    return (
+                        watcher.execute(
+                            text(
+                                "SELECT count(*) FROM pg_stat_activity "
+                                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                                "AND pid <> :holder"
+                            ),
+                            {"holder": holder.connection.dbapi_connection.info.backend_pid},
+                        ).scalar()
+                        == 0
+                    )
+
+            _wait_for(only_the_test_is_connected, 60, "the import's connections to close")
     finally:
         engine.dispose()
     written, _ = _stored(postgresql_url)

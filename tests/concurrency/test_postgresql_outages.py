@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import FakeClock, scratch_database, truncate_all
+from tests.conftest import SERVERS, FakeClock, scratch_database, truncate_all
 from tests.helpers import poll, put
 
 pytestmark = pytest.mark.postgresql_only
@@ -42,9 +42,10 @@ def test_killed_connections_are_replaced_without_a_restart(postgresql_url):
         assert client.get("/readyz").status_code == 200
 
 
-def test_an_unmigrated_database_is_503_not_500():
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_unmigrated_database_is_503_not_500(server):
     with (
-        scratch_database("postgresql", "unmigrated") as url,
+        scratch_database(server, "unmigrated") as url,
         TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client,
     ):
         response = put(client, "q", "k", 1)

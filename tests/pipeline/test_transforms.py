@@ -41,12 +41,12 @@ def test_normalize_maps_columns_and_fills_in_the_queue(spark):
 
 def test_a_nested_payload_column_is_taken_as_its_json(spark):
     df = spark.createDataFrame(
-        [("a", {"n": 1, "tags": ["x"]}, [1, 2], {"k": "v"})],
-        "key string, payload struct<n: int, tags: array<string>>, list array<int>,"
+        [("a", {"n": 1, "tags": ["x"], "none": None}, [1, 2], {"k": "v"})],
+        "key string, payload struct<n: int, tags: array<string>, none: string>, list array<int>,"
         " map map<string, string>",
     )
     for column, expected in (
-        ("payload", '{"n":1,"tags":["x"]}'),
+        ("payload", '{"n":1,"tags":["x"],"none":null}'),
         ("list", "[1,2]"),
         ("map", '{"k":"v"}'),
     ):

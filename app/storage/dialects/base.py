@@ -25,8 +25,11 @@ class Dialect:
     read_options: ClassVar[dict[str, Any]] = {}
     # Which of these keys exist already (a list bound as "keys").
     existing_keys: Select = sql.existing_keys
-    # Batch offer: key, payload and first time asked for of the keys that exist.
+    # Batch offer: key, payload "digest" (see payload_digest) and first time asked
+    # for, of the keys that exist.
     stored_offers: Select = sql.stored_offers
+    # The largest statement the server takes, where it has a limit (bytes, roughly).
+    max_statement_bytes: int | None = None
     # Whether the driver has an asyncio API, so the service can do I/O on its event
     # loop instead of handing each call to a thread.
     has_asyncio_driver = False
@@ -81,6 +84,11 @@ class Dialect:
         the two reads must do better."""
         connection.execute(removal.record, parameters)
         return connection.execute(removal.delete, parameters).rowcount
+
+    def payload_digest(self, payload: bytes) -> bytes | str:
+        """What stored_offers' "digest" holds for a row storing `payload`: here the
+        payload itself."""
+        return payload
 
     def is_unique_violation(self, error: DBAPIError) -> bool:
         """The statement would have written a unique key that exists."""

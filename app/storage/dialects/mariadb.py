@@ -14,10 +14,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Table, event
+from sqlalchemy import Table, event, func
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -32,9 +33,22 @@ _DUPLICATE_ENTRY_WITH_KEY_NAME = 1586
 _LOCK_WAIT_TIMEOUT = 1205
 _DEADLOCK = 1213
 _NO_SUCH_TABLE = 1146
-# The server cannot serve now: too many connections, shutting down, read-only,
-# killed connection, and the client's "cannot connect" and "connection lost".
-_UNAVAILABLE = {1040, 1053, 1290, 1836, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+# The server cannot serve now (503): access denied or no such database (a server
+# being set up or moved), too many connections (in all, or for this user), the
+# server shutting down or read-only, a statement or connection killed or timed
+# out, aborted connections and network errors, and the client's "cannot connect",
+# "connection lost" and SSL errors.
+_UNAVAILABLE = {
+    1040, 1044, 1045, 1049, 1053, 1152, 1158, 1159, 1160, 1161, 1203, 1226, 1290, 1317,
+    1836, 1927, 1969, 2002, 2003, 2006, 2013, 2026, 2055, 4031,
+}  # fmt: skip
+# Rows per DELETE … RETURNING of a removal (a purge may remove millions).
+_REMOVAL_BATCH = 1000
+# Set on every connection. SHOW WARNINGS lists at most max_error_count rows (64 by
+# default), fewer than a 200-row INSERT IGNORE over existing keys raises: every one
+# must be seen. A lock wait gives up after 5 s, not InnoDB's 50, so a request
+# retried after one (1205) still answers within an HTTP client's patience.
+_SESSION = "SET SESSION max_error_count = 65535, innodb_lock_wait_timeout = 5"
 
 
 class MariaDBInsertError(RuntimeError):
@@ -44,6 +58,19 @@ class MariaDBInsertError(RuntimeError):
 class MariaDBDialect(Dialect):
     name = "mariadb"
     read_options: ClassVar[dict[str, Any]] = {}
+    # The payload's SHA-256 (hex), not the payload: a re-sent key costs 64 bytes of
+    # answer, not up to the payload limit.
+    stored_offers = sql.keys_in_queue(
+        sql.columns.pKey,
+        func.sha2(sql.columns.payload, 256).label("digest"),
+        sql.columns.scheduledAtInitially,
+    )
+    # mysqlclient sends statements as text, values escaped: a 200-row INSERT of
+    # large payloads must stay below max_allowed_packet (16 MiB by default).
+    max_statement_bytes = 4 * 1024 * 1024
+
+    def payload_digest(self, payload: bytes) -> str:
+        return hashlib.sha256(payload).hexdigest()
 
     def engine_options(self) -> dict[str, Any]:
         return {
@@ -55,6 +82,7 @@ class MariaDBDialect(Dialect):
             # call for nothing. A connection closed mid-transaction still rolls back.
             "pool_reset_on_return": None,
             "connect_args": {
+                "init_command": _SESSION,
                 "charset": "utf8mb4",
                 "connect_timeout": 5,
                 # Payloads go as _binary'…' literals, never read as utf8mb4 text.
@@ -68,18 +96,20 @@ class MariaDBDialect(Dialect):
             if not statement.startswith("INSERT IGNORE"):
                 return
             connection = cursor.connection
-            if not connection.warning_count():
+            count = connection.warning_count()
+            if not count:
                 return
             # Another cursor: the RETURNING rows of this one are not read yet (they
             # are held client-side, as mysqlclient stores every result).
             warnings = connection.cursor()
             try:
                 warnings.execute("SHOW WARNINGS")
-                other = [row for row in warnings.fetchall() if row[1] != _DUPLICATE_ENTRY]
+                listed = warnings.fetchall()
+                other = [row for row in listed if row[1] != _DUPLICATE_ENTRY]
             finally:
                 warnings.close()
-            if other:
-                _level, code, message = other[0]
+            if other or len(listed) < count:
+                _level, code, message = other[0] if other else ("", "?", "unlisted warnings")
                 raise MariaDBInsertError(f"INSERT IGNORE would have hidden {code}: {message}")
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
@@ -90,20 +120,27 @@ class MariaDBDialect(Dialect):
     ) -> int:
         # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
         # COMMITTED an INSERT … SELECT first would read without locking, and a row
-        # leased again in between would be recorded but not deleted.
-        gone = connection.execute(self._deleting(removal), parameters).all()
-        if gone:
-            finish = (parameters["outcome"], parameters["now"])
-            connection.execute(
-                insert(delivery_history),
-                [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
-            )
-        return len(gone)
+        # leased again in between would be recorded but not deleted. In batches, so a
+        # purge of a large queue does not hold every row in memory at once.
+        finish = (parameters["outcome"], parameters["now"])
+        removed = 0
+        while True:
+            gone = connection.execute(self._deleting(removal), parameters).all()
+            if gone:
+                connection.execute(
+                    insert(delivery_history),
+                    [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
+                )
+            removed += len(gone)
+            if len(gone) < _REMOVAL_BATCH:
+                return removed
 
     @staticmethod
     @cache
     def _deleting(removal: sql.Removal) -> Delete:
-        return removal.delete.returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        return removal.delete.with_dialect_options(
+            mysql_limit=_REMOVAL_BATCH, mariadb_limit=_REMOVAL_BATCH
+        ).returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
 
     def is_unique_violation(self, error: DBAPIError) -> bool:
         return _code(error) in (_DUPLICATE_ENTRY, _DUPLICATE_ENTRY_WITH_KEY_NAME)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from select import POLLIN, poll
 from typing import Any, ClassVar
@@ -97,9 +98,9 @@ _insert_rows = (
 )
 
 
-def _keys_in_queue(*names: str) -> Select:
-    """sql.keys_in_queue for PostgreSQL: "pKey" and the columns `names` of the rows of
-    one queue under the keys bound as one array ("keys").
+def _keys_in_queue(**selected: Any) -> Select:
+    """sql.keys_in_queue for PostgreSQL: "pKey" and the expressions `selected` (by
+    label) of the rows of one queue under the keys bound as one array ("keys").
 
     One statement text whatever the number of keys, so neither SQLAlchemy nor
     psycopg re-renders 500 placeholders. Each key is looked up on its own in the
@@ -114,12 +115,12 @@ def _keys_in_queue(*names: str) -> Select:
         .render_derived()
     )
     stored = (
-        select(sql.columns.id, *(sql.columns[name] for name in names))
+        select(sql.columns.id, *(value.label(label) for label, value in selected.items()))
         .where(sql.columns.pKey == keys.c.key, sql.columns.pKind == bindparam("queue"))
         .limit(1)
         .lateral("stored")
     )
-    return select(keys.c.key.label("pKey"), *(stored.c[name] for name in names)).select_from(
+    return select(keys.c.key.label("pKey"), *(stored.c[label] for label in selected)).select_from(
         keys.join(stored, true())
     )
 
@@ -146,7 +147,15 @@ class PostgreSQLDialect(Dialect):
     claims_in_one_statement = True
     has_asyncio_driver = True
     existing_keys = _keys_in_queue()
-    stored_offers = _keys_in_queue("payload", "scheduledAtInitially")
+    # The payload's SHA-256, not the payload: a re-sent key costs 32 bytes of answer,
+    # not up to the payload limit.
+    stored_offers = _keys_in_queue(
+        digest=func.sha256(sql.columns.payload),
+        scheduledAtInitially=sql.columns.scheduledAtInitially,
+    )
+
+    def payload_digest(self, payload: bytes) -> bytes:
+        return hashlib.sha256(payload).digest()
 
     def engine_options(self) -> dict[str, Any]:
         return {"connect_args": {"connect_timeout": 5, "options": SESSION_OPTIONS}}

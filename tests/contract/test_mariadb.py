@@ -1,0 +1,91 @@
+"""What MariaDB's dialect does differently (docs/decisions/0009-mariadb.md), each with a
+test that fails if it stops being true. The rest of the contract runs on MariaDB
+like on every database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from app.config import Settings
+from app.queue.models import Offer, Outcome
+from app.storage.engine import create_store
+from app.storage.store import SqlStore
+from tests.conftest import START_MS, truncate_all
+from tests.helpers import history_rows, stored_rows
+
+pytestmark = pytest.mark.server_databases
+
+
+@pytest.fixture
+def store(mariadb_url: str) -> Iterator[SqlStore]:
+    truncate_all(mariadb_url)
+    store = create_store(Settings(database_url=mariadb_url, auto_migrate=False))
+    yield store
+    store.close()
+
+
+def test_insert_ignore_hides_nothing_but_existing_keys(store, mariadb_url):
+    """IGNORE would cut a key too long for its column and store it: the warnings are
+    read, and the statement fails with its transaction instead."""
+    taken = [Offer(f"k{index:03d}", b"1", START_MS) for index in range(100)]
+    assert set(store.messages_offer_many("q", taken, START_MS)) == {Outcome.CREATED}
+    too_long = Offer("x" * 201, b"1", START_MS)  # the API refuses it; the store must too
+    with pytest.raises(Exception, match="would have hidden 1265"):
+        store.messages_offer_many("q", [too_long], START_MS)
+    # 100 duplicate-key warnings first: more than SHOW WARNINGS lists by default (64).
+    with pytest.raises(Exception, match="would have hidden 1265"):
+        store.messages_offer_many("q", [*taken, Offer("new", b"1", START_MS), too_long], START_MS)
+    assert sorted(row["pKey"] for row in stored_rows(mariadb_url)) == [o.key for o in taken]
+
+
+def test_an_acknowledgement_records_only_what_it_deleted(store, mariadb_url):
+    """The row is leased again while the acknowledgement waits for its lock: the old
+    lock deletes nothing, and records nothing (INSERT … SELECT first would have
+    recorded it from a non-locking read)."""
+    store.messages_offer_many("q", [Offer("k", b"1", START_MS)], START_MS)
+    claim = store.messages_poll("q", 1, "old-lock", START_MS + 1_000, START_MS)
+    assert [delivery.message.key for delivery in claim.deliveries] == ["k"]
+
+    side = create_engine(mariadb_url).connect()
+    try:
+        side.execute(text("UPDATE delayed_queue SET `lockUuid` = 'new-lock'"))  # not committed
+        acknowledged: list[int] = []
+        ack = threading.Thread(
+            target=lambda: acknowledged.append(store.locks_acknowledge("q", "old-lock", START_MS))
+        )
+        ack.start()
+        deadline = time.monotonic() + 10
+        with create_engine(mariadb_url).connect() as watcher:
+            while not watcher.execute(
+                text("SELECT count(*) FROM information_schema.innodb_lock_waits")
+            ).scalar():
+                assert time.monotonic() < deadline, "the acknowledgement never waited"
+                time.sleep(0.01)
+        side.commit()
+        ack.join(10)
+    finally:
+        side.close()
+    assert acknowledged == [0]
+    assert history_rows(mariadb_url) == []
+    assert [row["lockUuid"] for row in stored_rows(mariadb_url)] == ["new-lock"]
+
+
+def test_transactions_run_at_read_committed(store):
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT @@tx_isolation")).scalar() == "READ-COMMITTED"
+        assert connection.execute(text("SELECT @@innodb_lock_wait_timeout")).scalar() == 5
+
+
+def test_a_batch_of_large_payloads_stays_below_the_packet_limit(store, mariadb_url):
+    """mysqlclient escapes values into the statement's text: 60 payloads of 250 KB of
+    quotes would be a 30 MB INSERT, past max_allowed_packet (16 MiB)."""
+    payload = b'"' + b'\\"' * 125_000 + b'"'  # a JSON string of quotes, escaped again on the wire
+    offers = [Offer(f"big-{index}", payload, START_MS) for index in range(60)]
+    assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.CREATED}
+    assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.IGNORED}
+    assert len(stored_rows(mariadb_url)) == 60
