@@ -50,6 +50,8 @@ def run_migrations_online() -> None:
             taken = connection.execute(
                 text(f"SELECT GET_LOCK(CONCAT('{_MIGRATION_LOCK_NAME}.', DATABASE()), 300)")
             ).scalar()
+            if taken is None:
+                raise RuntimeError("the database URL names no database to migrate")
             if taken != 1:
                 raise RuntimeError(
                     "another process has been migrating this database for 300 s; not migrating"

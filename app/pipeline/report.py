@@ -61,10 +61,13 @@ def jdbc_source(database_url: str) -> tuple[str, dict[str, str]]:
         properties["user"] = url.username
     if url.password:
         properties["password"] = url.password
-    # Connection parameters of the URL (sslmode, sslrootcert, …): the JDBC drivers
-    # take the same names for the common ones, and ignore those they do not know.
-    for name, value in url.query.items():
-        properties[name] = value if isinstance(value, str) else value[-1]
+    if backend == "postgresql":
+        # Connection parameters of the URL (sslmode, sslrootcert, …): pgJDBC takes
+        # libpq's names for these, and ignores those it does not know. (mysqlclient's
+        # names are not MariaDB Connector/J's: pass those with --conf or in --jars.)
+        for name, value in url.query.items():
+            if name not in properties:
+                properties[name] = value if isinstance(value, str) else value[-1]
     return f"jdbc:{scheme}://{host}{port}/{url.database}{ending}", properties
 
 

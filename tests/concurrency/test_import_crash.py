@@ -142,7 +142,7 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgre
                             text(
                                 "SELECT count(*) FROM pg_stat_activity "
                                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                                "AND pid <> :holder"
+                                "AND pid <> :holder AND backend_type = 'client backend'"
                             ),
                             {"holder": holder.connection.dbapi_connection.info.backend_pid},
                         ).scalar()

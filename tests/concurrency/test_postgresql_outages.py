@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import SERVERS, FakeClock, scratch_database, truncate_all
+from tests.conftest import FakeClock, truncate_all
 from tests.helpers import poll, put
 
 pytestmark = pytest.mark.postgresql_only
@@ -40,16 +40,3 @@ def test_killed_connections_are_replaced_without_a_restart(postgresql_url):
             assert put(client, "q", f"after-{index}", index).status_code == 201
         assert len(poll(client, "q", max=100)["messages"]) == 10
         assert client.get("/readyz").status_code == 200
-
-
-@pytest.mark.parametrize("server", SERVERS)
-def test_an_unmigrated_database_is_503_not_500(server):
-    with (
-        scratch_database(server, "unmigrated") as url,
-        TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client,
-    ):
-        response = put(client, "q", "k", 1)
-        assert response.status_code == 503
-        assert "hourglass migrate" in response.json()["detail"]
-        assert client.post("/v1/queues/q/poll").status_code == 503
-        assert client.get("/readyz").status_code == 503

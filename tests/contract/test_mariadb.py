@@ -81,9 +81,24 @@ def test_transactions_run_at_read_committed(store):
         assert connection.execute(text("SELECT @@innodb_lock_wait_timeout")).scalar() == 5
 
 
+def test_a_purge_past_one_page_removes_and_records_every_message(store, mariadb_url):
+    offers = [Offer(f"k{index:05d}", b"1", START_MS) for index in range(2_500)]
+    for start in range(0, len(offers), 1000):
+        store.messages_offer_many("q", offers[start : start + 1000], START_MS)
+    store.messages_offer_many("other", [Offer("stays", b"1", START_MS)], START_MS)
+    assert store.queue_purge("q", START_MS + 1) == 2_500
+    assert [row["pKey"] for row in stored_rows(mariadb_url)] == ["stays"]
+    history = history_rows(mariadb_url)
+    assert len(history) == 2_500 and len({row["key"] for row in history}) == 2_500
+    assert {(row["queue"], row["outcome"]) for row in history} == {("q", "dropped")}
+
+
 def test_a_batch_of_large_payloads_stays_below_the_packet_limit(store, mariadb_url):
     """mysqlclient escapes values into the statement's text: 60 payloads of 250 KB of
     quotes would be a 30 MB INSERT, past max_allowed_packet (16 MiB)."""
+    with store.engine.connect() as connection:
+        limit = connection.execute(text("SELECT @@max_allowed_packet")).scalar()
+    assert limit < 30_000_000, "the server takes the whole batch: this test proves nothing"
     payload = b'"' + b'\\"' * 125_000 + b'"'  # a JSON string of quotes, escaped again on the wire
     offers = [Offer(f"big-{index}", payload, START_MS) for index in range(60)]
     assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.CREATED}

@@ -8,10 +8,14 @@ import sys
 
 import pytest
 from alembic import command
+from fastapi.testclient import TestClient
 from sqlalchemy import column, create_engine, insert, inspect, table, text
 
+from app.config import Settings
+from app.main import create_app
 from app.storage.schema import alembic_config
-from tests.conftest import SERVERS, scratch_database
+from tests.conftest import SERVERS, FakeClock, scratch_database
+from tests.helpers import put
 
 
 @pytest.fixture
@@ -123,3 +127,16 @@ def test_replicas_migrating_one_new_database_at_once_take_turns(server):
             _, errors = replica.communicate(timeout=120)
             assert replica.returncode == 0, errors[-2000:]
         command.check(alembic_config(url))
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_unmigrated_database_is_503_not_500(server):
+    with (
+        scratch_database(server, "unmigrated") as url,
+        TestClient(create_app(Settings(database_url=url), clock=FakeClock())) as client,
+    ):
+        response = put(client, "q", "k", 1)
+        assert response.status_code == 503
+        assert "hourglass migrate" in response.json()["detail"]
+        assert client.post("/v1/queues/q/poll").status_code == 503
+        assert client.get("/readyz").status_code == 503

@@ -18,7 +18,7 @@ import hashlib
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Table, event, func
+from sqlalchemy import Select, Table, bindparam, event, func, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -46,8 +46,7 @@ _UNAVAILABLE = {
 _REMOVAL_BATCH = 1000
 # Set on every connection. SHOW WARNINGS lists at most max_error_count rows (64 by
 # default), fewer than a 200-row INSERT IGNORE over existing keys raises: every one
-# must be seen. A lock wait gives up after 5 s, not InnoDB's 50, so a request
-# retried after one (1205) still answers within an HTTP client's patience.
+# must be seen. A lock wait gives up after 5 s, not InnoDB's 50, and answers 503.
 _SESSION = "SET SESSION max_error_count = 65535, innodb_lock_wait_timeout = 5"
 
 
@@ -120,20 +119,41 @@ class MariaDBDialect(Dialect):
     ) -> int:
         # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
         # COMMITTED an INSERT … SELECT first would read without locking, and a row
-        # leased again in between would be recorded but not deleted. In batches, so a
-        # purge of a large queue does not hold every row in memory at once.
-        finish = (parameters["outcome"], parameters["now"])
-        removed = 0
+        # leased again in between would be recorded but not deleted. An acknowledgement
+        # (at most a poll's 1000 messages) takes one DELETE. A larger removal (a purge)
+        # goes on in pages of ids, locked in id order, up to the greatest id there was
+        # when it began: memory stays bounded, and each page starts where the last one
+        # ended instead of stepping again over the rows this transaction deleted.
+        gone = connection.execute(self._deleting(removal), parameters).all()
+        self._record(connection, gone, parameters)
+        removed = len(gone)
+        if removed < _REMOVAL_BATCH:
+            return removed
+        last = connection.execute(select(func.max(sql.columns.id))).scalar()
+        after = 0
         while True:
-            gone = connection.execute(self._deleting(removal), parameters).all()
-            if gone:
+            ids = (
                 connection.execute(
-                    insert(delivery_history),
-                    [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
+                    self._page(removal), {**parameters, "after": after, "last": last}
                 )
-            removed += len(gone)
-            if len(gone) < _REMOVAL_BATCH:
+                .scalars()
+                .all()
+            )
+            if not ids:
                 return removed
+            gone = connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids}).all()
+            self._record(connection, gone, parameters)
+            removed += len(gone)
+            after = ids[-1]
+
+    @staticmethod
+    def _record(connection: Connection, gone: list, parameters: dict) -> None:
+        if gone:
+            finish = (parameters["outcome"], parameters["now"])
+            connection.execute(
+                insert(delivery_history),
+                [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
+            )
 
     @staticmethod
     @cache
@@ -142,14 +162,41 @@ class MariaDBDialect(Dialect):
             mysql_limit=_REMOVAL_BATCH, mariadb_limit=_REMOVAL_BATCH
         ).returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
 
+    @staticmethod
+    @cache
+    def _page(removal: sql.Removal) -> Select:
+        """The next ids `removal` matches, in order, locked."""
+        return (
+            select(sql.columns.id)
+            .where(
+                removal.where,
+                sql.columns.id > bindparam("after"),
+                sql.columns.id <= bindparam("last"),
+            )
+            .order_by(sql.columns.id)
+            .limit(_REMOVAL_BATCH)
+            .with_for_update()
+        )
+
+    @staticmethod
+    @cache
+    def _deleting_ids(removal: sql.Removal) -> Delete:
+        return removal.delete.where(sql.columns.id.in_(bindparam("ids", expanding=True))).returning(
+            *(sql.columns[name] for name in sql.HISTORY_SOURCE)
+        )
+
     def is_unique_violation(self, error: DBAPIError) -> bool:
         return _code(error) in (_DUPLICATE_ENTRY, _DUPLICATE_ENTRY_WITH_KEY_NAME)
 
     def is_retryable(self, error: DBAPIError) -> bool:
-        return _code(error) in (_DEADLOCK, _LOCK_WAIT_TIMEOUT)
+        # A deadlock is over once InnoDB has chosen its victim: run it again. A lock
+        # wait that timed out (1205) means a row has been held for 5 s: 503, and the
+        # client retries later, instead of a request waiting 5 s more per attempt.
+        return _code(error) == _DEADLOCK
 
     def is_unavailable(self, error: DBAPIError) -> bool:
-        return error.connection_invalidated or _code(error) in _UNAVAILABLE
+        code = _code(error)
+        return error.connection_invalidated or code in _UNAVAILABLE or code == _LOCK_WAIT_TIMEOUT
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
         return _code(error) == _NO_SUCH_TABLE
