@@ -148,6 +148,7 @@ class SqlStore:
         self, queue: str, offer: Offer, now: int, *, can_create: bool = True
     ) -> OfferOutcome | None:
         """Create, update or ignore one message; None when `can_create` is off and it is missing."""
+        self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
         if can_create and self._autocommit(
@@ -170,6 +171,7 @@ class SqlStore:
         """
         first_index: dict[str, int] = {}
         for index, offer in enumerate(offers):
+            self.dialect.check_payload(offer.payload)  # before anything is written
             first_index.setdefault(offer.key, index)
 
         created: set[str] = set()
@@ -608,6 +610,7 @@ class SqlStore:
 
     def cron_install(self, entry: CronEntry) -> CronInstall:
         """Create or replace an entry; a new configuration deletes the old one's pending runs."""
+        self.dialect.check_payload(entry.payload)
         # A replica that created the entry first makes this one replace it.
         return self._transaction_over_keys(
             lambda connection: self._cron_install(connection, entry),

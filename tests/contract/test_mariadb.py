@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from app.config import Settings
+from app.queue.errors import PayloadTooLarge
 from app.queue.models import Offer, Outcome
 from app.storage.engine import create_store
 from app.storage.store import SqlStore
@@ -104,3 +105,18 @@ def test_a_batch_of_large_payloads_stays_below_the_packet_limit(store, mariadb_u
     assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.CREATED}
     assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.IGNORED}
     assert len(stored_rows(mariadb_url)) == 60
+
+
+def test_a_payload_past_the_server_packet_size_is_refused_before_anything_is_written(
+    store, mariadb_url
+):
+    with store.engine.connect() as connection:
+        packet = connection.execute(text("SELECT @@max_allowed_packet")).scalar()
+    assert store.dialect.packet_bytes == packet  # learnt from the server
+    store.dialect.packet_bytes = 20_000  # as a server configured with a small packet
+    big = Offer("big", b'"' + b"x" * 9_000 + b'"', START_MS)
+    with pytest.raises(PayloadTooLarge, match="max_allowed_packet"):
+        store.messages_offer("q", big, START_MS)
+    with pytest.raises(PayloadTooLarge):
+        store.messages_offer_many("q", [Offer("small", b"1", START_MS), big], START_MS)
+    assert stored_rows(mariadb_url) == []

@@ -85,6 +85,9 @@ class Dialect:
         connection.execute(removal.record, parameters)
         return connection.execute(removal.delete, parameters).rowcount
 
+    def check_payload(self, payload: bytes) -> None:
+        """Raise PayloadTooLarge for a stored payload the database cannot take."""
+
     def payload_digest(self, payload: bytes) -> bytes | str:
         """What stored_offers' "digest" holds for a row storing `payload`: here the
         payload itself."""

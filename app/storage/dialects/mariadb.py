@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Delete, Insert
 
+from app.queue.errors import PayloadTooLarge
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 from app.storage.tables import delivery_history
@@ -65,8 +66,21 @@ class MariaDBDialect(Dialect):
         sql.columns.scheduledAtInitially,
     )
     # mysqlclient sends statements as text, values escaped: a 200-row INSERT of
-    # large payloads must stay below max_allowed_packet (16 MiB by default).
+    # large payloads must stay below max_allowed_packet (16 MiB by default). Read
+    # from the server on each new connection; until then, its default.
+    packet_bytes = 16 * 1024 * 1024
     max_statement_bytes = 4 * 1024 * 1024
+
+    def check_payload(self, payload: bytes) -> None:
+        # One row escaped (up to twice its bytes) with its other values must fit in
+        # one packet; past that the server drops the connection, which would read
+        # as an outage (503) to a client that then retries forever.
+        largest = (self.packet_bytes - 4096) // 2
+        if len(payload) > largest:
+            raise PayloadTooLarge(
+                f"payload is {len(payload)} bytes stored; this MariaDB server's "
+                f"max_allowed_packet ({self.packet_bytes}) takes at most {largest}"
+            )
 
     def payload_digest(self, payload: bytes) -> str:
         return hashlib.sha256(payload).hexdigest()
@@ -90,6 +104,16 @@ class MariaDBDialect(Dialect):
         }
 
     def configure_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _learn_packet_size(dbapi_connection: Any, _record: object) -> None:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("SELECT @@max_allowed_packet")
+                (self.packet_bytes,) = cursor.fetchone()
+            finally:
+                cursor.close()
+            self.max_statement_bytes = min(4 * 1024 * 1024, self.packet_bytes // 4)
+
         @event.listens_for(engine, "after_cursor_execute")
         def _no_ignored_errors(_conn, cursor, statement: str, *_args: object) -> None:
             if not statement.startswith("INSERT IGNORE"):
