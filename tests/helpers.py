@@ -1,7 +1,9 @@
-"""Small helpers shared by the HTTP tests."""
+"""Small helpers shared by the tests."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -54,3 +56,16 @@ def _table_rows(url: str, table, order_by) -> list[dict[str, Any]]:
             ]
     finally:
         engine.dispose()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until `condition()` holds, failing after `timeout` seconds.
+
+    Only for states of another process that send no event: a statement of the
+    database server waiting on a lock, a killed process's connections closing.
+    Within the tests' own processes, wait on an Event instead.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

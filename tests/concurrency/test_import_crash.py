@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import truncate_all
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.postgresql_only
 
@@ -61,13 +61,6 @@ def _stored(url: str) -> tuple[int, int]:
             )
     finally:
         engine.dispose()
-
-
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgresql_url, tmp_path):
@@ -117,7 +110,7 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgre
                             ).scalar()
                         )
 
-                _wait_for(import_waits_on_the_lock, STARTUP_TIMEOUT, "the import to reach the key")
+                wait_until(import_waits_on_the_lock, STARTUP_TIMEOUT, "the import to reach the key")
                 os.killpg(first.pid, signal.SIGKILL)
             finally:
                 if first.poll() is None:
@@ -149,7 +142,7 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgre
                         == 0
                     )
 
-            _wait_for(only_the_test_is_connected, 60, "the import's connections to close")
+            wait_until(only_the_test_is_connected, 60, "the import's connections to close")
     finally:
         engine.dispose()
     written, _ = _stored(postgresql_url)
