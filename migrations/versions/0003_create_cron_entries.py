@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from app.migrations.table_options import MARIADB_TABLE_OPTIONS
+from app.storage.table_options import MARIADB_TABLE_OPTIONS
 from sqlalchemy.dialects import mysql
 
 revision: str = "0003"

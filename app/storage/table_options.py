@@ -1,4 +1,4 @@
-"""MariaDB's table options, one definition for every revision and for app/storage/tables.py.
+"""MariaDB's table options, one definition for app/storage/tables.py and every revision.
 
 InnoDB, utf8mb4, and keys that compare exactly: case-sensitively, byte for byte,
 and without PAD SPACE (with utf8mb4_bin, "key" and "key " would be one key).
