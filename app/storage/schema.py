@@ -9,7 +9,6 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-
 # The Alembic revisions, found the same way installed or in a checkout: `app/migrations`
 # is a symbolic link to the top-level `migrations/` in the repository, and the wheel
 # carries that folder there (pyproject.toml). Nothing imports it as a module.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
 from app.storage.table_options import MARIADB_TABLE_OPTIONS
 
 revision: str = "0004"
