@@ -69,7 +69,7 @@ def unavailable(detail: str) -> ProblemResponse:
 
 
 async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
-    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
+    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))  # type: ignore[arg-type]
     if status == 503:
         # The detail is ours; the driver's words (hosts, users) go to the log only.
         logger.warning("%s (%s)", error, error.__cause__)

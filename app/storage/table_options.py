@@ -7,7 +7,11 @@ options, its mysql dialect (mysql://) only mysql_*. A change here changes what
 earlier revisions create: it needs a new revision that alters existing tables.
 """
 
-MARIADB_TABLE_OPTIONS = {
+from __future__ import annotations
+
+from typing import Any
+
+MARIADB_TABLE_OPTIONS: dict[str, Any] = {
     f"{prefix}_{name}": value
     for prefix in ("mysql", "mariadb")
     for name, value in (
