@@ -314,6 +314,10 @@ class RedriveResponse(BaseModel):
         description="Messages left: their key is taken in the target queue, "
         "or they came from no queue and no `to` was given"
     )
+    forbidden: int = Field(
+        description="Messages left because the queue each would go back to is outside the "
+        "token's queues (always 0 for a token limited to no queues); the others still move"
+    )
 
 
 class CronInstallRequest(_Request):
