@@ -3,6 +3,7 @@ a dead-letter queue, a redrive's targets, a dead letter's way back."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -10,8 +11,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, exc, select
 
 from app.main import create_app
+from app.queue.models import Offer, QueueSettings
+from app.storage.tables import delayed_queue
+from tests.conftest import START_MS
 from tests.helpers import poll, put, settings_rows, stored_rows
 
 ADMIN, TEAM, ORDERS = "admin-token", "team-token", "orders-token"
@@ -182,3 +187,72 @@ def test_a_token_cannot_set_a_limit_whose_default_dead_letter_queue_it_may_not_u
     assert settings_rows(clean_database.url) == []
     lease = orders.put("/v1/queues/orders/settings", json={"default_lease": 60})
     assert lease.status_code == 200
+
+
+# -- where the store judges a redrive's targets ---------------------------------------------
+
+
+def _locked_elsewhere(url: str, queue: str, key: str) -> bool:
+    """Whether another transaction holds the row (PostgreSQL, MariaDB) or the database's
+    write lock (SQLite, which has no row locks), asked without waiting."""
+    engine = create_engine(url, connect_args={"timeout": 0} if url.startswith("sqlite") else {})
+    try:
+        with engine.connect() as connection:
+            if url.startswith("sqlite"):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                row = delayed_queue.c
+                connection.execute(
+                    select(row.id)
+                    .where(row.pKind == queue, row.pKey == key)
+                    .with_for_update(nowait=True)
+                )
+            connection.rollback()
+        return False
+    except exc.DBAPIError:
+        return True
+    finally:
+        engine.dispose()
+
+
+def _dead_letter_in_store(store) -> int:
+    """billing's "invoice-7", dead-lettered into team-triage; the time it was moved."""
+    billing = QueueSettings("billing", max_deliveries=1, dead_letter_queue="team-triage")
+    store.messages_offer("billing", Offer("invoice-7", b"1", START_MS), START_MS)
+    for now in (START_MS, START_MS + LEASE * 1000):  # a delivery, then the move
+        store.messages_poll("billing", 1, str(uuid.uuid4()), now + LEASE * 1000, now, billing)
+    assert store.messages_get("team-triage", "invoice-7").dead_lettered_from == "billing"
+    return now
+
+
+def _asking_while_locked(url: str, asked: list):
+    """A filter allowing `team-*` that notes, for each queue asked about, whether the
+    dead letter was locked at that moment."""
+
+    def may_use(queue: str) -> bool:
+        asked.append((queue, _locked_elsewhere(url, "team-triage", "invoice-7")))
+        return queue.startswith("team-")
+
+    return may_use
+
+
+def test_a_redrive_judges_each_target_while_the_dead_letters_are_locked(store, clean_database):
+    """No check-then-act: the filter is asked inside the transaction that moves the rows, so
+    no dead letter can arrive or change its way back between the check and the move."""
+    now = _dead_letter_in_store(store)
+    asked = []
+    may_use = _asking_while_locked(clean_database.url, asked)
+    redrive = store.messages_redrive("team-triage", None, 10, now, may_use)
+    assert (redrive.moved, redrive.skipped, redrive.forbidden) == (0, 0, 1)
+    assert asked == [("billing", True)]
+    assert _locked_elsewhere(clean_database.url, "team-triage", "invoice-7") is False
+
+
+def test_an_update_judges_a_dead_letters_origin_while_it_is_locked(store, clean_database):
+    now = _dead_letter_in_store(store)
+    asked = []
+    may_use = _asking_while_locked(clean_database.url, asked)
+    forged = Offer("invoice-7", b"2", now)
+    assert store.messages_offer("team-triage", forged, now, may_use=may_use).outcome == "updated"
+    assert asked == [("billing", True)]
+    assert store.messages_get("team-triage", "invoice-7").dead_lettered_from is None
