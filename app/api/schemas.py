@@ -211,7 +211,8 @@ class MessageResponse(BaseModel):
         description="How often it was handed to a worker in this queue, this delivery included"
     )
     dead_lettered_from: str | None = Field(
-        description="For a dead letter, the queue it was moved from after its last delivery"
+        description="For a dead letter, the queue it was moved from after its last delivery, "
+        "where a redrive takes it back; an update keeps it only when its token may use that queue"
     )
 
 
