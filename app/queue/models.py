@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-# Which queues a request may use, asked of every queue it would write to that only
-# storage knows: where a redrive moves each dead letter, a dead letter's origin.
+# Which queues a request may use. The service asks it about the queues a request
+# names (a redrive's `to`, a dead-letter queue); storage about those only the rows
+# know, under the rows' locks (where each dead letter goes back to).
 QueueFilter = Callable[[str], bool]
 
 
