@@ -1,7 +1,10 @@
 """Bearer tokens for `/v1`: `HOURGLASS_API_TOKENS` is `token` or `token=queue-glob`, comma-separated.
 
 Without a valid token a `/v1` request is `401`; a token limited to a glob gets
-`403` for any queue outside it, and the queue list shows only its queues.
+`403` for any queue outside it, and the queue list shows only its queues. The
+queue in the path is checked here; the queues a request reaches beyond it (a
+dead-letter queue, a redrive's targets, a dead letter's origin) are checked where
+they are known, through the request's `queue_filter`.
 `/healthz`, `/readyz`, `/metrics` and the docs stay open. Tokens are compared in
 constant time and never logged. With no tokens configured nothing is installed.
 """
@@ -16,6 +19,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import problem
+from app.queue.models import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
 _QUEUES = "/v1/queues/"
@@ -45,9 +49,9 @@ def parse_tokens(text: str) -> list[TokenRule]:
     return rules
 
 
-def queue_glob(scope: Scope) -> str | None:
-    """The glob the request's token is limited to, for routes that list queues."""
-    return scope.get("state", {}).get("queue_glob")
+def queue_filter(scope: Scope) -> QueueFilter:
+    """Which queues the request's token may use (every queue without tokens configured)."""
+    return scope.get("state", {}).get("queue_filter", every_queue)
 
 
 class BearerTokens:
@@ -76,7 +80,7 @@ class BearerTokens:
             response = problem(403, f"this token may not use queue {queue!r}", slug="forbidden")
             await response(scope, receive, send)
             return
-        scope.setdefault("state", {})["queue_glob"] = rule.queues
+        scope.setdefault("state", {})["queue_filter"] = rule.allows
         await self.app(scope, receive, send)
 
     def _rule_for(self, scope: Scope) -> TokenRule | None:

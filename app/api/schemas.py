@@ -211,7 +211,8 @@ class MessageResponse(BaseModel):
         description="How often it was handed to a worker in this queue, this delivery included"
     )
     dead_lettered_from: str | None = Field(
-        description="For a dead letter, the queue it was moved from after its last delivery"
+        description="For a dead letter, the queue it was moved from after its last delivery, "
+        "where a redrive takes it back; an update keeps it only when its token may use that queue"
     )
 
 
@@ -313,6 +314,10 @@ class RedriveResponse(BaseModel):
     skipped: int = Field(
         description="Messages left: their key is taken in the target queue, "
         "or they came from no queue and no `to` was given"
+    )
+    forbidden: int = Field(
+        description="Messages left because the queue each would go back to is outside the "
+        "token's queues (always 0 for a token limited to no queues); the others still move"
     )
 
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+# Which queues a request may use. The service asks it about the queues a request
+# names (a redrive's `to`, a dead-letter queue); storage about those only the rows
+# know, under the rows' locks (where each dead letter goes back to).
+QueueFilter = Callable[[str], bool]
+
+
+def every_queue(queue: str) -> bool:
+    """The QueueFilter of a request limited to no queues."""
+    return True
 
 
 class Outcome(StrEnum):
@@ -173,8 +184,10 @@ class QueueSettings:
 
 @dataclass(frozen=True, slots=True)
 class Redrive:
-    """What a redrive did: messages moved back, and messages left because their key is taken
-    in the target queue or they name no queue to go back to."""
+    """What a redrive did: messages moved back; messages left because their key is taken in
+    the target queue or they name no queue to go back to (skipped); messages left because
+    the request may not use their target queue (forbidden)."""
 
     moved: int
     skipped: int
+    forbidden: int

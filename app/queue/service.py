@@ -21,6 +21,7 @@ from app.queue.errors import (
     LockNotFound,
     MessageNotFound,
     PurgeNotConfirmed,
+    QueueForbidden,
 )
 from app.queue.models import (
     Claim,
@@ -30,11 +31,13 @@ from app.queue.models import (
     OfferRequest,
     OfferResult,
     Outcome,
+    QueueFilter,
     QueueSettings,
     QueueStats,
     Redrive,
     State,
     When,
+    every_queue,
 )
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
@@ -114,13 +117,18 @@ class QueueService:
 
     # -- offers -------------------------------------------------------------------
 
-    async def offer(self, queue: str, request: OfferRequest) -> OfferResult:
-        """Create the message, or update or ignore it when its key exists."""
-        return await self._offer(queue, request, can_create=True)
+    async def offer(
+        self, queue: str, request: OfferRequest, may_use: QueueFilter = every_queue
+    ) -> OfferResult:
+        """Create the message, or update or ignore it when its key exists. An update keeps
+        a dead letter's origin only when `may_use` allows that queue."""
+        return await self._offer(queue, request, can_create=True, may_use=may_use)
 
-    async def update(self, queue: str, request: OfferRequest) -> OfferResult:
+    async def update(
+        self, queue: str, request: OfferRequest, may_use: QueueFilter = every_queue
+    ) -> OfferResult:
         """Update an existing message; MessageNotFound when there is none."""
-        return await self._offer(queue, request, can_create=False)
+        return await self._offer(queue, request, can_create=False, may_use=may_use)
 
     async def offer_new(self, queue: str, payload: Any, when: When) -> OfferResult:
         """Create a message under a generated key."""
@@ -128,11 +136,20 @@ class QueueService:
             queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when)
         )
 
-    async def _offer(self, queue: str, request: OfferRequest, *, can_create: bool) -> OfferResult:
+    async def _offer(
+        self, queue: str, request: OfferRequest, *, can_create: bool, may_use: QueueFilter
+    ) -> OfferResult:
         now = self.clock.now_ms()
         offer = self._to_offer(request, now)
         stored = await self._run(
-            partial(self.store.messages_offer, queue, offer, now, can_create=can_create)
+            partial(
+                self.store.messages_offer,
+                queue,
+                offer,
+                now,
+                can_create=can_create,
+                may_use=may_use,
+            )
         )
         if stored is None:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
@@ -141,11 +158,15 @@ class QueueService:
             self.notifier.notify(queue)
         return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
 
-    async def offer_many(self, queue: str, requests: Sequence[OfferRequest]) -> list[Outcome]:
+    async def offer_many(
+        self, queue: str, requests: Sequence[OfferRequest], may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
         """Offer a batch: every payload is checked before anything is written."""
         now = self.clock.now_ms()
         offers = [self._to_offer(request, now) for request in requests]
-        outcomes = await self._run(partial(self.store.messages_offer_many, queue, offers, now))
+        outcomes = await self._run(
+            partial(self.store.messages_offer_many, queue, offers, now, may_use)
+        )
         self.events.offered(queue, outcomes)
         if any(outcome is not Outcome.IGNORED for outcome in outcomes):
             self.notifier.notify(queue)
@@ -318,8 +339,10 @@ class QueueService:
         default_lease_seconds: float | None,
         max_deliveries: int | None,
         dead_letter_queue: str | None,
+        may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
-        """Replace the queue's settings; fields left out go back to their defaults."""
+        """Replace the queue's settings; fields left out go back to their defaults.
+        QueueForbidden when `may_use` refuses the queue its dead letters would go to."""
         if dead_letter_queue == queue:
             raise InvalidSettings("a queue cannot be its own dead-letter queue")
         settings = QueueSettings(
@@ -339,16 +362,27 @@ class QueueService:
                 f"the default dead-letter queue {settings.effective_dead_letter_queue!r} would be "
                 f"longer than {QUEUE_NAME_MAX} characters: name one in dead_letter_queue"
             )
+        if max_deliveries is not None or dead_letter_queue is not None:
+            # Where this queue's dead letters would go, named or by default.
+            _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(partial(self.store.settings_put, settings))
         self._settings[queue] = (asyncio.get_running_loop().time(), stored)
         return stored
 
-    async def redrive(self, queue: str, to: str | None, limit: int) -> Redrive:
-        """Move dead letters of `queue` back (to `to`, or where each came from), due now."""
+    async def redrive(
+        self, queue: str, to: str | None, limit: int, may_use: QueueFilter = every_queue
+    ) -> Redrive:
+        """Move dead letters of `queue` back (to `to`, or where each came from), due now.
+
+        QueueForbidden when `may_use` refuses `to`; without `to`, a message whose origin
+        it refuses stays, counted as forbidden: the others still move.
+        """
         if to == queue:
             raise InvalidSettings("redrive moves messages to another queue, not into itself")
+        if to is not None:
+            _check_allowed(may_use, to)
         redrive = await self._run(
-            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms())
+            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms(), may_use)
         )
         if redrive.moved:
             if to is not None:
@@ -393,3 +427,9 @@ class SchemaStatus:
 
 # The lock ids this service hands out; anything else can hold nothing.
 _LOCK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _check_allowed(may_use: QueueFilter, queue: str) -> None:
+    """A request limited to some queues may not send messages to a queue outside them."""
+    if not may_use(queue):
+        raise QueueForbidden(f"this token may not use queue {queue!r}")

@@ -115,10 +115,16 @@ def _starting_over(due: Any) -> dict[str, Any]:
 # An update rewrites payload and schedule and clears the lock, so the current
 # holder's acknowledgement no longer deletes the new message. The new content
 # starts a new life: its deliveries are counted from zero (a message that failed
-# three times and is then corrected gets its full allowance of deliveries; a dead
-# letter corrected in place keeps the queue it came from, for a redrive).
+# three times and is then corrected gets its full allowance of deliveries). A dead
+# letter corrected in place keeps the queue it came from, for a redrive, when the
+# request may use that queue; otherwise it loses it ("new_origin" is null), so a
+# token limited to the dead-letter queue cannot put its content on the way back to
+# a queue it may not write. The origin is part of the swap's comparison, so what is
+# kept is what was judged.
 offer_select_for_update = (
-    select(columns.payload, columns.scheduledAtInitially, columns.createdAt)
+    select(
+        columns.payload, columns.scheduledAtInitially, columns.createdAt, columns.deadLetteredFrom
+    )
     .where(_by_key)
     .with_for_update()
 )
@@ -128,10 +134,12 @@ offer_update = (
         _by_key,
         columns.scheduledAtInitially == bindparam("old_scheduled_at_initially"),
         columns.createdAt == bindparam("old_created_at"),
+        columns.deadLetteredFrom.is_not_distinct_from(bindparam("old_origin")),
     )
     .values(
         payload=bindparam("new_payload"),
         createdAt=bindparam("now"),
+        deadLetteredFrom=bindparam("new_origin"),
         **_starting_over(bindparam("new_scheduled_at")),
     )
 )

@@ -34,9 +34,11 @@ from app.queue.models import (
     Offer,
     OfferOutcome,
     Outcome,
+    QueueFilter,
     QueueSettings,
     QueueStats,
     Redrive,
+    every_queue,
 )
 from app.storage import sql
 from app.storage.dialects import Dialect
@@ -66,11 +68,17 @@ class Store(Protocol):
     runs_on_event_loop: bool
 
     def messages_offer(
-        self, queue: str, offer: Offer, now: int, *, can_create: bool = True
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
     ) -> OfferOutcome | None: ...
 
     def messages_offer_many(
-        self, queue: str, offers: Sequence[Offer], now: int
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
     ) -> list[Outcome]: ...
 
     def messages_get(self, queue: str, key: str) -> Message | None: ...
@@ -87,7 +95,9 @@ class Store(Protocol):
         settings: QueueSettings | None = None,
     ) -> Claim: ...
 
-    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive: ...
+    def messages_redrive(
+        self, queue: str, to: str | None, limit: int, now: int, may_use: QueueFilter = every_queue
+    ) -> Redrive: ...
 
     def queue_next_due(self, queue: str) -> int | None: ...
 
@@ -145,9 +155,17 @@ class SqlStore:
     # -- offers ---------------------------------------------------------------
 
     def messages_offer(
-        self, queue: str, offer: Offer, now: int, *, can_create: bool = True
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
     ) -> OfferOutcome | None:
-        """Create, update or ignore one message; None when `can_create` is off and it is missing."""
+        """Create, update or ignore one message; None when `can_create` is off and it is missing.
+
+        An update keeps a dead letter's origin only when `may_use` allows that queue."""
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
@@ -156,10 +174,12 @@ class SqlStore:
         ):
             return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
         return self._transaction(
-            lambda connection: self._offer(connection, queue, offer, now, can_create)
+            lambda connection: self._offer(connection, queue, offer, now, can_create, may_use)
         )
 
-    def messages_offer_many(self, queue: str, offers: Sequence[Offer], now: int) -> list[Outcome]:
+    def messages_offer_many(
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
         """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
 
         The first occurrence of each key goes in with multi-row INSERTs that skip
@@ -167,7 +187,7 @@ class SqlStore:
         that existed, those to update are read back in one SELECT per chunk: one
         whose payload and time are already stored is ignored, as a single offer
         would ignore it at the moment of that read. The rest take the one-by-one
-        path of a single offer.
+        path of a single offer (and its rule for a dead letter's origin, by `may_use`).
         """
         first_index: dict[str, int] = {}
         for index, offer in enumerate(offers):
@@ -207,7 +227,7 @@ class SqlStore:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
                 stored = self._transaction(
                     lambda connection, offer=offer: self._offer(
-                        connection, queue, offer, now, can_create=True
+                        connection, queue, offer, now, can_create=True, may_use=may_use
                     )
                 )
                 assert stored is not None  # can_create is on
@@ -265,7 +285,13 @@ class SqlStore:
         )
 
     def _offer(
-        self, connection: Connection, queue: str, offer: Offer, now: int, can_create: bool
+        self,
+        connection: Connection,
+        queue: str,
+        offer: Offer,
+        now: int,
+        can_create: bool,
+        may_use: QueueFilter,
     ) -> OfferOutcome | None:
         """The documented offer once the INSERT found the key taken: lock the row, compare-and-swap.
 
@@ -286,7 +312,7 @@ class SqlStore:
                         offer.scheduled_at,
                     ):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
-                    if self._swap(connection, key_parameters, current, offer, now):
+                    if self._swap(connection, key_parameters, current, offer, now, may_use):
                         return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
                     continue  # changed since we read it: read it again
             if not can_create:
@@ -296,9 +322,16 @@ class SqlStore:
         raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
 
     def _swap(
-        self, connection: Connection, key_parameters: dict, current: Any, offer: Offer, now: int
+        self,
+        connection: Connection,
+        key_parameters: dict,
+        current: Any,
+        offer: Offer,
+        now: int,
+        may_use: QueueFilter,
     ) -> bool:
         """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
+        origin = current.deadLetteredFrom
         return (
             connection.execute(
                 sql.offer_update,
@@ -306,6 +339,8 @@ class SqlStore:
                     **key_parameters,
                     "old_scheduled_at_initially": current.scheduledAtInitially,
                     "old_created_at": current.createdAt,
+                    "old_origin": origin,
+                    "new_origin": origin if origin is not None and may_use(origin) else None,
                     "new_payload": offer.payload,
                     "new_scheduled_at": offer.scheduled_at,
                     "now": now,
@@ -445,11 +480,20 @@ class SqlStore:
 
         return self._transaction_over_keys(move, f"dead-lettering in {queue!r}")
 
-    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive:
+    def messages_redrive(
+        self,
+        queue: str,
+        to: str | None,
+        limit: int,
+        now: int,
+        may_use: QueueFilter = every_queue,
+    ) -> Redrive:
         """Move up to `limit` messages of a dead-letter queue back, as new messages due now:
         to `to`, or each to the queue it came from. A message whose key the target holds,
-        or that came from no queue, stays."""
-        moved = skipped = 0
+        or that came from no queue, stays (skipped); so does one whose target `may_use`
+        refuses (forbidden). Each target is judged on the rows as locked for the move, so a
+        dead letter cannot change its way back between the check and the move."""
+        moved = skipped = forbidden = 0
         after = 0
         while moved < limit:
             chunk = min(_REDRIVE_CHUNK, limit - moved)
@@ -462,33 +506,36 @@ class SqlStore:
                 by_target: dict[str | None, list[str]] = {}
                 for row in rows:
                     by_target.setdefault(to or row.deadLetteredFrom, []).append(row.pKey)
-                moved = skipped = 0
+                moved = skipped = forbidden = 0
                 for target, keys in by_target.items():
-                    taken = set()
-                    if target is not None:
-                        taken = set(
-                            connection.execute(
-                                self.dialect.existing_keys, {"queue": target, "keys": keys}
-                            ).scalars()
-                        )
+                    if target is None:
+                        skipped += len(keys)
+                        continue
+                    if not may_use(target):
+                        forbidden += len(keys)
+                        continue
+                    taken = set(
+                        connection.execute(
+                            self.dialect.existing_keys, {"queue": target, "keys": keys}
+                        ).scalars()
+                    )
+                    skipped += len(taken)
                     for key in keys:
-                        if target is None or key in taken:
-                            skipped += 1
-                            continue
-                        moved += connection.execute(
-                            sql.redrive_move,
-                            {"queue": queue, "key": key, "target": target, "now": now},
-                        ).rowcount
-                return len(rows), (rows[-1].id if rows else after), moved, skipped
+                        if key not in taken:
+                            moved += connection.execute(
+                                sql.redrive_move,
+                                {"queue": queue, "key": key, "target": target, "now": now},
+                            ).rowcount
+                last = rows[-1].id if rows else after
+                return Redrive(moved, skipped, forbidden), len(rows), last
 
-            examined, after, chunk_moved, chunk_skipped = self._transaction_over_keys(
-                redrive, f"redriving {queue!r}"
-            )
-            moved += chunk_moved
-            skipped += chunk_skipped
+            done, examined, after = self._transaction_over_keys(redrive, f"redriving {queue!r}")
+            moved += done.moved
+            skipped += done.skipped
+            forbidden += done.forbidden
             if examined < chunk:
                 break
-        return Redrive(moved, skipped)
+        return Redrive(moved, skipped, forbidden)
 
     def queue_next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""

@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import Service
+from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
 from app.api.rendering import batch_response
 from app.api.schemas import (
@@ -55,11 +55,17 @@ def message_fields(message: Message, state: State) -> dict:
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
 )
 async def put_message(
-    queue: QueueName, key: MessageKey, body: PutMessage, response: Response, service: Service
+    queue: QueueName,
+    key: MessageKey,
+    body: PutMessage,
+    response: Response,
+    service: Service,
+    allowed: AllowedQueues,
 ) -> OfferResponse:
     result = await service.offer(
         queue,
         OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists),
+        allowed,
     )
     if result.outcome is not Outcome.CREATED:
         response.status_code = status.HTTP_200_OK
@@ -72,10 +78,10 @@ async def put_message(
     responses=problem_responses(404, 413, 422, 503),
 )
 async def update_message(
-    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service
+    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service, allowed: AllowedQueues
 ) -> OfferResponse:
     result = await service.update(
-        queue, OfferRequest(key=key, payload=body.payload, when=body.when())
+        queue, OfferRequest(key=key, payload=body.payload, when=body.when()), allowed
     )
     return _offer_response(result)
 
@@ -121,7 +127,9 @@ async def delete_message(queue: QueueName, key: MessageKey, service: Service) ->
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
 )
-async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) -> Response:
+async def offer_batch(
+    queue: QueueName, body: BatchRequest, service: Service, allowed: AllowedQueues
+) -> Response:
     requests = [
         OfferRequest(
             key=item.key,
@@ -131,5 +139,5 @@ async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) ->
         )
         for item in body.messages
     ]
-    outcomes = await service.offer_many(queue, requests)
+    outcomes = await service.offer_many(queue, requests, allowed)
     return batch_response([request.key for request in requests], outcomes)
