@@ -26,6 +26,7 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.LockNotFound: (404, "lock-not-found"),
     errors.CronEntryNotFound: (404, "cron-entry-not-found"),
     errors.InvalidPayload: (422, "invalid-payload"),
+    errors.PayloadTooDeep: (422, "payload-too-deep"),
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
     errors.InvalidSettings: (422, "invalid-settings"),

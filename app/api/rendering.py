@@ -1,11 +1,15 @@
-"""Hand-rendered JSON for the answers whose size grows with load: polls and batches.
+"""Hand-rendered JSON: the answers whose size grows with load (polls and batches), and
+every answer that carries a stored payload.
 
 A poll of 100 messages through the pydantic models decodes every stored
 payload, validates it as a JsonValue, and encodes it again; a batch answer
 builds a model per item. Stored payloads are already compact UTF-8 JSON
-(app/queue/payloads.py), so a poll answer embeds their bytes as they are.
-tests/unit/test_rendering.py checks that both decode to exactly what
-PollResponse and BatchResponse would give.
+(app/queue/payloads.py), so every answer that shows one embeds its bytes as
+they are. That also means any payload the database holds can be read: pydantic
+renders no more than 253 levels and Python's json reads about 990, while rows
+stored before the nesting limit (or by an import before it) may be deeper.
+tests/unit/test_rendering.py checks that each decodes to exactly what its
+model would give.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from fastapi import Response
+from pydantic import BaseModel
 
 from app.api.schemas import DeliveryKind, format_timestamp
-from app.queue.models import Lease, Outcome, State
+from app.queue.models import Lease, Message, Outcome, State
 
 _string = json.JSONEncoder(ensure_ascii=False).encode
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -26,7 +31,24 @@ _EMPTY = b'{"lock_id":null,"messages":[]}'
 
 def poll_response(lease: Lease | None) -> Response:
     """The `200` answer of a poll, as application/json."""
-    return Response(poll_body(lease), media_type="application/json")
+    return json_response(poll_body(lease))
+
+
+def message_response(message: Message, state: State) -> Response:
+    """The `200` answer of `GET …/messages/{key}`."""
+    return json_response(_message_json(message, state, ""))
+
+
+def with_payload(answer: BaseModel, payload: bytes) -> bytes:
+    """`answer` as JSON, the stored `payload` bytes standing as its `payload` field
+    (whatever value the model holds there is left out)."""
+    rest = answer.model_dump_json(exclude={"payload"}).encode()
+    return b'{"payload":' + payload + b"," + rest[1:]
+
+
+def json_response(body: bytes, status_code: int = 200) -> Response:
+    """An answer already rendered as JSON."""
+    return Response(body, status_code=status_code, media_type="application/json")
 
 
 def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response:
@@ -41,33 +63,39 @@ def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response
         "updated": counts[Outcome.UPDATED],
         "ignored": counts[Outcome.IGNORED],
     }
-    return Response(_compact(body).encode(), media_type="application/json")
+    return json_response(_compact(body).encode())
 
 
 def poll_body(lease: Lease | None) -> bytes:
     if lease is None:
         return _EMPTY
     expires_at = _string(format_timestamp(lease.expires_at))
-    # Every message of one poll shares its queue, state and lease end.
-    state = f',"state":"{State.LEASED.value}"'
-    tail = f'","lease_expires_at":{expires_at}}}'
-    messages = []
-    for delivery in lease.deliveries:
-        message = delivery.message
-        kind = DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST
-        head = (
-            f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'
-        ).encode()
-        origin = message.dead_lettered_from
-        times = (
-            f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
-            f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
-            f',"created_at":"{format_timestamp(message.created_at)}"{state}'
-            f',"deliveries":{message.deliveries}'
-            f',"dead_lettered_from":{"null" if origin is None else _string(origin)}'
-            f',"delivery":"{kind.value}{tail}'
-        ).encode()
-        messages.append(head + message.payload + times)
+    # Every message of one poll shares its lease end.
+    tails = {
+        kind: f',"delivery":"{kind.value}","lease_expires_at":{expires_at}' for kind in DeliveryKind
+    }
+    messages = [
+        _message_json(
+            delivery.message,
+            State.LEASED,
+            tails[DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST],
+        )
+        for delivery in lease.deliveries
+    ]
     return (
         f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode() + b",".join(messages) + b"]}"
     )
+
+
+def _message_json(message: Message, state: State, tail: str) -> bytes:
+    """A message's fields in MessageResponse's order, then `tail` (more fields, or none)."""
+    head = f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'.encode()
+    origin = message.dead_lettered_from
+    rest = (
+        f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
+        f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
+        f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
+        f',"deliveries":{message.deliveries}'
+        f',"dead_lettered_from":{"null" if origin is None else _string(origin)}{tail}}}'
+    ).encode()
+    return head + message.payload + rest

@@ -1,4 +1,4 @@
-"""The hand-rendered poll answer decodes to exactly what the PollResponse model gives."""
+"""The hand-rendered answers decode to exactly what their models give."""
 
 from __future__ import annotations
 
@@ -6,9 +6,16 @@ import json
 
 import pytest
 
-from app.api.rendering import batch_response, poll_body
-from app.api.routes.messages import message_fields
-from app.api.schemas import BatchResponse, BatchResult, DeliveredMessage, DeliveryKind, PollResponse
+from app.api.rendering import batch_response, message_response, poll_body, with_payload
+from app.api.schemas import (
+    BatchResponse,
+    BatchResult,
+    CronEntryResponse,
+    DeliveredMessage,
+    DeliveryKind,
+    MessageResponse,
+    PollResponse,
+)
 from app.queue.models import Delivery, Lease, Message, Outcome, State
 from app.queue.payloads import encode_payload
 
@@ -49,6 +56,21 @@ def _lease(redelivery: bool) -> Lease:
     )
 
 
+def _fields(message: Message, state: State) -> dict:
+    """A message's fields as MessageResponse takes them."""
+    return {
+        "queue": message.queue,
+        "key": message.key,
+        "payload": json.loads(message.payload),
+        "scheduled_at": message.scheduled_at,
+        "scheduled_at_initially": message.scheduled_at_initially,
+        "created_at": message.created_at,
+        "state": state,
+        "deliveries": message.deliveries,
+        "dead_lettered_from": message.dead_lettered_from,
+    }
+
+
 def _through_the_model(lease: Lease | None) -> dict:
     if lease is None:
         return PollResponse(lock_id=None, messages=[]).model_dump(mode="json")
@@ -56,7 +78,7 @@ def _through_the_model(lease: Lease | None) -> dict:
         lock_id=lease.lock_id,
         messages=[
             DeliveredMessage(
-                **message_fields(delivery.message, State.LEASED),
+                **_fields(delivery.message, State.LEASED),
                 delivery=DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST,
                 lease_expires_at=lease.expires_at,
             )
@@ -76,6 +98,38 @@ def test_the_rendered_poll_answer_equals_the_models(lease):
         assert list(json.loads(body)["messages"][0]) == list(
             _through_the_model(lease)["messages"][0]
         )
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_a_rendered_message_equals_the_model(state):
+    for delivery in _lease(False).deliveries:
+        body = message_response(delivery.message, state).body
+        model = MessageResponse(**_fields(delivery.message, state)).model_dump(mode="json")
+        assert json.loads(body) == model
+        assert list(json.loads(body)) == list(model)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_model_with_a_stored_payload_equals_the_model(payload):
+    fields = {
+        "queue": "q",
+        "name": 'nightly/"report"',
+        "cron": None,
+        "every": 60.0,
+        "daily": None,
+        "timezone": "UTC",
+        "lookahead": None,
+        "config_hash": "0123456789abcdef",
+        "created_at": 0,
+        "updated_at": 1,
+        "next_runs": [60_000, 120_000],
+    }
+    rendered = with_payload(
+        CronEntryResponse(**fields, payload=None), encode_payload(payload, 1 << 20)
+    )
+    assert json.loads(rendered) == CronEntryResponse(**fields, payload=payload).model_dump(
+        mode="json"
+    )
 
 
 def test_the_rendered_batch_answer_equals_the_models():

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response, status
 
 from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
-from app.api.rendering import batch_response
+from app.api.rendering import batch_response, message_response
 from app.api.schemas import (
     BatchRequest,
     BatchResponse,
@@ -19,8 +19,7 @@ from app.api.schemas import (
     QueueName,
     UpdateMessage,
 )
-from app.queue.models import Message, OfferRequest, OfferResult, Outcome, State
-from app.queue.payloads import decode_payload
+from app.queue.models import OfferRequest, OfferResult, Outcome
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
@@ -31,21 +30,6 @@ def _offer_response(result: OfferResult) -> OfferResponse:
     return OfferResponse(
         queue=result.queue, key=result.key, outcome=result.outcome, scheduled_at=result.scheduled_at
     )
-
-
-def message_fields(message: Message, state: State) -> dict:
-    """The fields every rendering of a message shares."""
-    return {
-        "queue": message.queue,
-        "key": message.key,
-        "payload": decode_payload(message.payload),
-        "scheduled_at": message.scheduled_at,
-        "scheduled_at_initially": message.scheduled_at_initially,
-        "created_at": message.created_at,
-        "state": state,
-        "deliveries": message.deliveries,
-        "dead_lettered_from": message.dead_lettered_from,
-    }
 
 
 @router.put(
@@ -102,12 +86,13 @@ async def create_message(
 
 @router.get(
     "/messages/{key:path}",
+    response_model=MessageResponse,
     summary="Read a message",
     responses=problem_responses(404, 422, 503),
 )
-async def get_message(queue: QueueName, key: MessageKey, service: Service) -> MessageResponse:
+async def get_message(queue: QueueName, key: MessageKey, service: Service) -> Response:
     message = await service.get(queue, key)
-    return MessageResponse(**message_fields(message, service.state_of(message)))
+    return message_response(message, service.state_of(message))
 
 
 @router.delete(
