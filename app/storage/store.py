@@ -56,6 +56,8 @@ _DEAD_LETTER_HOLD_MS = 30_000
 # Transient conflicts (deadlocks, serialization failures) and lost races on one key.
 _TRANSACTION_ATTEMPTS = 5
 _OFFER_RACE_ATTEMPTS = 100
+# A poll's bound in answer bytes when it has none (any sum of a poll's sizes is smaller).
+_UNBOUNDED = 2**62
 
 
 class Store(Protocol):
@@ -85,6 +87,8 @@ class Store(Protocol):
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim: ...
 
     def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive: ...
@@ -351,8 +355,12 @@ class SqlStore:
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim:
-        """Lease up to `limit` due messages to `lock_id`, oldest due first.
+        """Lease up to `limit` due messages to `lock_id`, oldest due first, while their
+        payloads with POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first
+        always; None: no bound). Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see sql.claim_values).
@@ -364,6 +372,7 @@ class SqlStore:
             "limit": limit,
             "lock_id": lock_id,
             "lease_until": lease_until,
+            "max_bytes": _UNBOUNDED if max_bytes is None else max_bytes,
         }
         if max_deliveries is not None:  # the statement that checks the limit
             parameters["max_deliveries"] = max_deliveries
@@ -371,7 +380,7 @@ class SqlStore:
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
-        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
+        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
             Delivery(
                 message=Message(
@@ -388,7 +397,7 @@ class SqlStore:
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
-            if max_deliveries is None or row.previous_deliveries < max_deliveries
+            if row.delivered(parameters)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):

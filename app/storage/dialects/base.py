@@ -65,7 +65,9 @@ class Dialect:
         return connection.execute(insert_one, rows).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
-        """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`."""
+        """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
+        their answer fits in `max_bytes` (sql.answer_length); with the payloads of the
+        rows it delivers."""
         return sql.claim_select_then_update(connection, parameters)
 
     def recorded_delete(self, removal: sql.Removal) -> Insert | None:
