@@ -112,3 +112,34 @@ def test_a_message_to_dead_letter_takes_no_room_in_the_answer(store):
     assert [d.message.key for d in claim.deliveries] == ["next"]
     assert claim.dead_lettered == 1
     assert store.messages_get("q.dead", "spent") is not None
+
+
+def _statements_of_a_poll(store, queue: str, limit: int) -> tuple[int, list[bytes]]:
+    statements = []
+    store.listen_statements(lambda: statements.append(1))
+    claim = store.messages_poll(
+        queue, limit, str(uuid.uuid4()), START_MS + 1_000, START_MS, max_bytes=16 * 2**20
+    )
+    return len(statements), [delivery.message.payload for delivery in claim.deliveries]
+
+
+def test_polls_of_small_messages_read_their_payloads_in_the_claim(store):
+    # One statement on PostgreSQL, a select and an update elsewhere (where an empty
+    # poll makes the select only), however many messages: payloads are read after
+    # the claim only when they are large.
+    empty, _ = _statements_of_a_poll(store, "empty", 1000)
+    claim = empty + (0 if store.dialect.claims_in_one_statement else 1)
+    small = [Offer(f"k{index:04d}", b'{"i":%d}' % index, START_MS) for index in range(1000)]
+    largest = Offer("largest", b'"%s"' % (b"x" * 262_142), START_MS)  # the default limit
+    store.messages_offer_many("small", small, START_MS)
+    store.messages_offer_many("largest", [largest], START_MS)
+    for queue, limit, offers in (("small", 1000, small), ("largest", 1, [largest])):
+        statements, payloads = _statements_of_a_poll(store, queue, limit)
+        assert statements == claim, queue
+        assert payloads == [offer.payload for offer in offers]
+
+    large = [Offer(f"k{index}", b'"%s"' % (b"%d" % index * 50_000), START_MS) for index in range(8)]
+    store.messages_offer_many("large", large, START_MS)
+    statements, payloads = _statements_of_a_poll(store, "large", 8)
+    assert statements > claim  # read after the claim, a few at a time
+    assert payloads == [offer.payload for offer in large]
