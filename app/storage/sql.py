@@ -6,7 +6,6 @@ Every dialect runs these; a dialect module replaces only the clause it must
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -402,7 +401,7 @@ queues_stats = select(*_queue_stats_columns).group_by(columns.pKind).order_by(co
 class ClaimedRow:
     """A row taken by a poll, with `scheduledAt` as it was before the poll.
 
-    `payload` is None until read (see with_payloads); `payload_bytes` is its length."""
+    `payload` is None until read (see read_payloads); `payload_bytes` is its length."""
 
     id: int
     key: str
@@ -438,42 +437,32 @@ def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
     return len(sizes)
 
 
-def with_payloads(
-    connection: Connection, statement: Select, rows: list[ClaimedRow], parameters: dict
-) -> list[ClaimedRow]:
-    """`rows` with the payloads of those delivered read by `statement` (ids and a lock),
-    in results of about PAYLOAD_READ_BYTES. A row the lock no longer holds (updated or
-    deleted since the claim committed) is left out."""
-    missing = [row for row in rows if row.payload is None and row.delivered(parameters)]
-    if not missing:
-        return rows
+def read_payloads(
+    connection: Connection, statement: Select, rows: Sequence[ClaimedRow], lock_id: str
+) -> dict[int, bytes]:
+    """The payloads of `rows` that `lock_id` still holds, by id, read by `statement` (ids
+    and a lock) in results of about PAYLOAD_READ_BYTES."""
     payloads: dict[int, bytes] = {}
     start = 0
-    while start < len(missing):
-        end, size = start + 1, missing[start].payload_bytes
-        while end < len(missing) and size + missing[end].payload_bytes <= PAYLOAD_READ_BYTES:
-            size += missing[end].payload_bytes
+    while start < len(rows):
+        end, size = start + 1, rows[start].payload_bytes
+        while end < len(rows) and size + rows[end].payload_bytes <= PAYLOAD_READ_BYTES:
+            size += rows[end].payload_bytes
             end += 1
-        ids = [row.id for row in missing[start:end]]
-        found = connection.execute(statement, {"ids": ids, "lock_id": parameters["lock_id"]})
+        ids = [row.id for row in rows[start:end]]
+        found = connection.execute(statement, {"ids": ids, "lock_id": lock_id})
         payloads.update((row.id, row.payload) for row in found)
         start = end
-    wanted = {row.id for row in missing}
-    return [
-        dataclasses.replace(row, payload=payloads[row.id]) if row.id in wanted else row
-        for row in rows
-        if row.id not in wanted or row.id in payloads
-    ]
+    return payloads
 
 
-def claim_select_then_update(
-    connection: Connection, parameters: dict, payloads: Select = claimed_payloads
-) -> list[ClaimedRow]:
+def claim_select_then_update(connection: Connection, parameters: dict) -> list[ClaimedRow]:
     """Poll for databases without `UPDATE … RETURNING`, in one transaction: select the
-    candidates, update those whose answer fits, then read the payloads the select left
-    out (`payloads`). It reads a candidate's payload when it is small enough that all
-    of them fit in one read's PAYLOAD_READ_BYTES: every poll of small messages makes
-    two statements, as before the bound, and one cut short reads little for nothing."""
+    candidates, then update those whose answer fits. The select reads a candidate's
+    payload when it is small enough that all of them fit in one read's
+    PAYLOAD_READ_BYTES: every poll of small messages makes these two statements (as
+    before the bound), and one cut short reads little for nothing; the store reads
+    the other payloads after."""
     inline = {"inline_payload_bytes": PAYLOAD_READ_BYTES // parameters["limit"]}
     rows = [
         ClaimedRow(
@@ -495,4 +484,4 @@ def claim_select_then_update(
         return []
     update = claim_update_limited if "max_deliveries" in parameters else claim_update
     connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
-    return with_payloads(connection, payloads, rows, parameters)
+    return rows

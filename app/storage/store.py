@@ -380,6 +380,7 @@ class SqlStore:
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
+        claimed = self._with_payloads(claimed, parameters)
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
             Delivery(
@@ -408,6 +409,27 @@ class SqlStore:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
         return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
+
+    def _with_payloads(
+        self, claimed: list[sql.ClaimedRow], parameters: dict
+    ) -> list[sql.ClaimedRow]:
+        """`claimed` with the payloads the claim left out read, after it committed: the
+        rows it left out of the answer are then free again for other polls. A message
+        updated or deleted in between is no longer the lock's, and is left out."""
+        missing = [row for row in claimed if row.payload is None and row.delivered(parameters)]
+        if not missing:
+            return claimed
+        payloads = self._read(
+            lambda connection: sql.read_payloads(
+                connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
+            )
+        )
+        read = {row.id for row in missing}
+        return [
+            dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
+            for row in claimed
+            if row.id not in read or row.id in payloads
+        ]
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.

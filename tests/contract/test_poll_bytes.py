@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
+from app.storage import sql
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows
 
@@ -143,3 +144,27 @@ def test_polls_of_small_messages_read_their_payloads_in_the_claim(store):
     statements, payloads = _statements_of_a_poll(store, "large", 8)
     assert statements > claim  # read after the claim, a few at a time
     assert payloads == [offer.payload for offer in large]
+
+
+def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeypatch):
+    # Payloads larger than one read are read after the claim commits: a message its
+    # producer updated in between is no longer the lock's, and the poll leaves it out.
+    large = b'"%s"' % (b"x" * 300_000)
+    store.messages_offer_many(
+        "q", [Offer("a", large, START_MS - 2), Offer("b", large, START_MS - 1)], START_MS
+    )
+    read_payloads = sql.read_payloads
+
+    def updated_first(*arguments):
+        store.messages_offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
+        return read_payloads(*arguments)
+
+    monkeypatch.setattr(sql, "read_payloads", updated_first)
+    claim = store.messages_poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS)
+    monkeypatch.undo()
+    assert [delivery.message.key for delivery in claim.deliveries] == ["b"]
+    assert [delivery.message.payload for delivery in claim.deliveries] == [large]
+    (again,) = store.messages_poll(
+        "q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS
+    ).deliveries
+    assert (again.message.key, again.message.payload, again.redelivery) == ("a", b'"new"', False)

@@ -43,7 +43,7 @@ from app.storage.tables import delivery_history
 # redelivery from a first delivery per message. Rows past the answer's bound are
 # locked only while the statement runs: never leased, nor counted. A payload comes
 # back inline while the payloads up to it fit in sql.PAYLOAD_READ_BYTES (every poll
-# of small messages); the rest are read after it, by id (sql.with_payloads).
+# of small messages); the store reads the rest after it (sql.read_payloads).
 def _claim(limited: bool, many: bool) -> Update:
     locked = sql.claim_candidates.with_only_columns(
         sql.columns.id,
@@ -93,11 +93,6 @@ def _claim(limited: bool, many: bool) -> Update:
 _CLAIMS = {
     (limited, many): _claim(limited, many) for limited in (False, True) for many in (False, True)
 }
-# sql.claimed_payloads with the ids as one array: the direct path has no expanding IN.
-_claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
-    sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))),
-    sql.columns.lockUuid == bindparam("lock_id"),
-)
 
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
@@ -184,6 +179,11 @@ class PostgreSQLDialect(Dialect):
         digest=func.sha256(sql.columns.payload),
         scheduledAtInitially=sql.columns.scheduledAtInitially,
     )
+    # The ids as one array: the direct path has no expanding IN.
+    claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
+        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))),
+        sql.columns.lockUuid == bindparam("lock_id"),
+    )
 
     def payload_digest(self, payload: bytes) -> bytes:
         return hashlib.sha256(payload).digest()
@@ -227,7 +227,7 @@ class PostgreSQLDialect(Dialect):
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
         statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]
-        rows = [
+        return [
             sql.ClaimedRow(
                 id=row.id,
                 key=row.pKey,
@@ -241,8 +241,6 @@ class PostgreSQLDialect(Dialect):
             )
             for row in connection.execute(statement, parameters)
         ]
-        # In autocommit: the rows are leased to this poll's lock, and read by it.
-        return sql.with_payloads(connection, _claimed_payloads, rows, parameters)
 
     def recorded_delete(self, removal: sql.Removal) -> Insert:
         # One statement, so nothing can change the rows between recording and deleting:
