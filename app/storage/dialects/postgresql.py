@@ -36,6 +36,8 @@ from app.storage.dialects.base import Dialect
 from app.storage.tables import delayed_queue as queue_table
 from app.storage.tables import delivery_history
 
+# The message columns a removal records in the history (sql.history_values).
+
 
 # One round trip: lock the due rows (skipping those other polls hold), keep those whose
 # answer fits (sql.answer_length, as running sums oldest first), lease them, and
@@ -52,7 +54,8 @@ def _claim(limited: bool, many: bool) -> Update:
         func.length(sql.columns.payload).label("payload_bytes"),
     ).subquery("locked")
     picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
-    if many:  # a poll of one takes its message whatever its size: nothing to add up (-15%)
+    # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
+    if many:
         # sql.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
         size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
         if limited:
