@@ -173,7 +173,13 @@ class BatchRequest(_Request):
 
 
 class PollRequest(_Request):
-    max: Integer = Field(1, ge=1, le=MAX_POLL, description="At most this many messages")
+    max: Integer = Field(
+        1,
+        ge=1,
+        le=MAX_POLL,
+        description="At most this many messages; fewer when more would take the answer past "
+        "the server's HOURGLASS_MAX_POLL_BYTES (the first due message always comes)",
+    )
     wait: Number = Field(
         0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a message when none is due"
     )

@@ -82,6 +82,13 @@ class Claim:
     exhausted: int = 0
 
 
+# What one message adds to a poll's answer besides its payload, at most: its other
+# fields with the longest key (200 characters of up to 4 bytes, a quote or backslash
+# escaped as 2) and queue names come to ~1,300 bytes, and the answer's own fields
+# (its lock id) fit in the rest. tests/unit/test_rendering.py checks the bound.
+POLL_MESSAGE_ENVELOPE_BYTES = 2048
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """The result of a poll: one lock id held over every delivered message."""

@@ -96,6 +96,7 @@ class QueueService:
         *,
         default_lease_seconds: float,
         max_payload_bytes: int,
+        max_poll_bytes: int,
         poll_recheck_seconds: float,
         connections: int,
         events: QueueEvents | None = None,
@@ -105,6 +106,7 @@ class QueueService:
         self.clock = clock
         self.default_lease_ms = round(default_lease_seconds * 1000)
         self.max_payload_bytes = max_payload_bytes
+        self.max_poll_bytes = max_poll_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
         self.calls = StorageCalls(store, connections)
@@ -208,7 +210,8 @@ class QueueService:
         wait_seconds: float = 0,
         abandoned: Callable[[], Awaitable[bool]] | None = None,
     ) -> Lease | None:
-        """Lease up to `limit` due messages; with a wait, until one is due or the wait ends.
+        """Lease up to `limit` due messages, while the answer stays within `max_poll_bytes`
+        (the first due message always); with a wait, until one is due or the wait ends.
 
         `abandoned` tells whether the caller has gone away (the client hung up): a
         waiting poll checks it before every later look, so it never leases
@@ -262,7 +265,16 @@ class QueueService:
             lock_id = str(uuid.uuid4())
             expires_at = now + lease_ms
             claim: Claim = await self._run(
-                partial(self.store.messages_poll, queue, limit, lock_id, expires_at, now, settings)
+                partial(
+                    self.store.messages_poll,
+                    queue,
+                    limit,
+                    lock_id,
+                    expires_at,
+                    now,
+                    settings,
+                    max_bytes=self.max_poll_bytes,
+                )
             )
             if claim.dead_lettered:
                 self.events.dead_lettered(queue, claim.dead_lettered)

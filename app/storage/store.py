@@ -58,6 +58,8 @@ _DEAD_LETTER_HOLD_MS = 30_000
 # Transient conflicts (deadlocks, serialization failures) and lost races on one key.
 _TRANSACTION_ATTEMPTS = 5
 _OFFER_RACE_ATTEMPTS = 100
+# A poll's bound in answer bytes when it has none (any sum of a poll's sizes is smaller).
+_UNBOUNDED = 2**62
 
 
 class Store(Protocol):
@@ -93,6 +95,8 @@ class Store(Protocol):
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim: ...
 
     def messages_redrive(
@@ -386,8 +390,12 @@ class SqlStore:
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim:
-        """Lease up to `limit` due messages to `lock_id`, oldest due first.
+        """Lease up to `limit` due messages to `lock_id`, oldest due first, while their
+        payloads with POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first
+        always; None: no bound). Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see sql.claim_values).
@@ -399,6 +407,7 @@ class SqlStore:
             "limit": limit,
             "lock_id": lock_id,
             "lease_until": lease_until,
+            "max_bytes": _UNBOUNDED if max_bytes is None else max_bytes,
         }
         if max_deliveries is not None:  # the statement that checks the limit
             parameters["max_deliveries"] = max_deliveries
@@ -406,7 +415,8 @@ class SqlStore:
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
-        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
+        claimed = self._with_payloads(claimed, parameters)
+        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
             Delivery(
                 message=Message(
@@ -423,7 +433,7 @@ class SqlStore:
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
-            if max_deliveries is None or row.previous_deliveries < max_deliveries
+            if row.delivered(parameters)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):
@@ -434,6 +444,27 @@ class SqlStore:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
         return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
+
+    def _with_payloads(
+        self, claimed: list[sql.ClaimedRow], parameters: dict
+    ) -> list[sql.ClaimedRow]:
+        """`claimed` with the payloads the claim left out read, after it committed: the
+        rows it left out of the answer are then free again for other polls. A message
+        updated or deleted in between is no longer the lock's, and is left out."""
+        missing = [row for row in claimed if row.payload is None and row.delivered(parameters)]
+        if not missing:
+            return claimed
+        payloads = self._read(
+            lambda connection: sql.read_payloads(
+                connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
+            )
+        )
+        read = {row.id for row in missing}
+        return [
+            dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
+            for row in claimed
+            if row.id not in read or row.id in payloads
+        ]
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
-from app.api.rendering import batch_response, message_response, poll_body, with_payload
+from app.api.rendering import (
+    batch_response,
+    message_response,
+    poll_body,
+    poll_response,
+    with_payload,
+)
 from app.api.schemas import (
     BatchResponse,
     BatchResult,
@@ -16,7 +23,14 @@ from app.api.schemas import (
     MessageResponse,
     PollResponse,
 )
-from app.queue.models import Delivery, Lease, Message, Outcome, State
+from app.queue.models import (
+    POLL_MESSAGE_ENVELOPE_BYTES,
+    Delivery,
+    Lease,
+    Message,
+    Outcome,
+    State,
+)
 from app.queue.payloads import encode_payload
 
 PAYLOADS = [
@@ -154,3 +168,54 @@ def test_the_rendered_batch_answer_equals_the_models():
     ).model_dump(mode="json")
     assert rendered == model
     assert list(rendered) == list(model)
+
+
+def _widest_lease(payloads: list[bytes]) -> Lease:
+    """Messages whose fields around the payload are as wide as the API allows: the
+    longest queue names and key, in characters of 4 bytes, deliveries past 2**31."""
+    key = "\U0001f600" * 199 + '"'
+    queue = "q" * 100
+    return Lease(
+        lock_id="6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab",
+        expires_at=253_402_300_799_999,
+        deliveries=tuple(
+            Delivery(
+                Message(
+                    queue=queue,
+                    key=key,
+                    payload=payload,
+                    scheduled_at=253_402_300_799_999,
+                    scheduled_at_initially=-62_135_596_800_000,
+                    created_at=-62_135_596_800_000,
+                    locked=True,
+                    deliveries=2**63 - 1,
+                    dead_lettered_from="d" * 100,
+                ),
+                redelivery=True,
+            )
+            for payload in payloads
+        ),
+    )
+
+
+@pytest.mark.parametrize("count", [1, 2, 1000])
+def test_a_poll_answer_is_within_its_payloads_and_an_envelope_per_message(count):
+    # The store cuts a poll by this count (sql.ClaimedRow.answer_bytes) before any
+    # payload is read: the rendered answer must never be larger.
+    payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
+    body = poll_body(_widest_lease(payloads))
+    assert len(body) <= sum(map(len, payloads)) + count * POLL_MESSAGE_ENVELOPE_BYTES
+
+
+async def _streamed(lease: Lease) -> bytes:
+    response = poll_response(lease)
+    return b"".join([chunk async for chunk in response.body_iterator])
+
+
+def test_a_large_poll_answer_is_streamed_as_the_same_bytes():
+    lease = _widest_lease([b'"' + bytes([97 + index]) * 100_000 + b'"' for index in range(5)])
+    response = poll_response(lease)
+    assert response.headers["content-length"] == str(len(poll_body(lease)))
+    assert asyncio.run(_streamed(lease)) == poll_body(lease)
+    small = _lease(False)
+    assert poll_response(small).body == poll_body(small)  # one write: not streamed
