@@ -29,7 +29,8 @@ _HASH_LENGTH = 16
 _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
 _DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Runs are printable instants (years 0001-9999); a daily schedule looks a day back.
+# Runs are printable instants (years 0001-9999) whose local day exists in every zone:
+# a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
 EARLIEST_AFTER_MS = (datetime(1, 1, 3, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 LATEST_RUN_MS = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 # Shortest and longest `every`: a second (cron's own grain is a minute), a century.
@@ -116,12 +117,13 @@ def next_runs(
     """The instants (epoch ms) the schedule runs strictly after `after`, in order.
 
     Stops at `until` (inclusive) or after `count` runs, whichever comes first;
-    one of them must be given.
+    one of them must be given. No run falls after LATEST_RUN_MS (9999-12-30 UTC):
+    after that, and from any later `after`, there are none.
     """
     if until is None and count is None:
         raise ValueError("give until or count")
-    if not EARLIEST_AFTER_MS <= after <= LATEST_RUN_MS:
-        raise InvalidSchedule("after must fall between 0001-01-03 and 9999-12-31")
+    if after < EARLIEST_AFTER_MS:
+        raise InvalidSchedule("after must be 0001-01-03T00:00:00Z or later")
     runs: list[int] = []
     last = after
     for run in _runs_after(schedule, after):
@@ -140,14 +142,20 @@ def next_runs(
 
 
 def _runs_after(schedule: Schedule, after: int) -> Iterator[int]:
-    if schedule.every is not None:
-        yield from _every(round(schedule.every * 1000), after)
-    elif schedule.cron is not None:
-        start = _to_datetime(after).astimezone(schedule.zone)
-        for moment in CronSim(schedule.cron, start):
-            yield _to_epoch_ms(moment)
-    else:
-        yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
+    try:
+        if schedule.every is not None:
+            yield from _every(round(schedule.every * 1000), after)
+        elif schedule.cron is not None:
+            start = _to_datetime(after).astimezone(schedule.zone)
+            for moment in CronSim(schedule.cron, start):
+                yield _to_epoch_ms(moment)
+        else:
+            yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
+    except OverflowError:
+        # The search for the next run went past year 9999, where datetime ends: cronsim
+        # steps a month or a year at a time (`0 0 1 1 *` after 9999-01-01 looks for
+        # 10000-01-01), and a daily schedule converts whole local days. No run is left.
+        return
 
 
 def _every(period_ms: int, after: int) -> Iterator[int]:

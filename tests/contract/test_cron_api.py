@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.schemas import parse_timestamp
+from app.cron.schedule import LATEST_RUN_MS
 from app.main import create_app
 from app.queue.errors import StorageUnavailable
 from tests.helpers import keys_of, poll, stored_rows
@@ -179,7 +181,7 @@ def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, datab
 
 
 @pytest.mark.parametrize(
-    "after", ["0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z", "2026-02-30T00:00:00Z"]
+    "after", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00", "2026-02-30T00:00:00Z"]
 )
 def test_a_preview_from_an_impossible_instant_is_422(client, after):
     install(client)
@@ -196,3 +198,47 @@ def test_numbers_json_does_not_have_are_422(client, database, number):
     )
     assert response.status_code == 422, response.text
     assert stored_rows(database.url) == []
+
+
+# -- previews near the end of time (issue 14) ------------------------------------------
+
+
+def test_a_preview_near_year_9999_shows_the_runs_left(client):
+    install(client, "new-year", payload=1, cron="0 0 1 1 *")
+    response = client.get(
+        "/v1/queues/reports/cron/new-year", params={"after": "9996-03-01T00:00:00Z", "count": 5}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["next_runs"] == [
+        "9997-01-01T00:00:00.000Z",
+        "9998-01-01T00:00:00.000Z",
+        "9999-01-01T00:00:00.000Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"cron": "0 0 29 2 *", "timezone": "America/New_York"},
+        {"cron": "30 2 * * *", "timezone": "Europe/Bucharest"},
+        {"cron": "*/7 * * * *", "timezone": "Pacific/Kiritimati"},
+        {"every": 1},
+        {"every": 100 * 366 * 24 * 3600},
+        {"daily": ["00:00", "23:59"], "timezone": "Etc/GMT+12"},
+        {"daily": ["02:30"], "timezone": "Australia/Lord_Howe"},
+    ],
+)
+def test_a_preview_from_any_instant_the_api_takes_is_200(client, schedule):
+    install(client, "e", payload=1, **schedule)
+    for after in (
+        "9998-12-31T23:59:59.999Z",
+        "9999-12-29T10:00:00Z",
+        "9999-12-30T00:00:00Z",
+        "9999-12-31T12:00:00+12:00",
+        "9999-12-31T23:59:59.999Z",
+    ):
+        response = client.get("/v1/queues/reports/cron/e", params={"after": after, "count": 100})
+        assert response.status_code == 200, (after, response.text)
+        runs = [parse_timestamp(run) for run in response.json()["next_runs"]]
+        assert runs == sorted(set(runs))
+        assert all(parse_timestamp(after) < run <= LATEST_RUN_MS for run in runs)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app.cron.schedule import (
+    LATEST_RUN_MS,
     LIKE_ESCAPE,
     InvalidSchedule,
     Schedule,
@@ -317,7 +318,56 @@ def test_a_skipped_day_is_crossed():
     ]
 
 
-@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00"])
-def test_previews_outside_the_printable_years_are_refused(after):
+@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "0001-01-02T23:59:59+00:00"])
+def test_previews_before_the_third_day_of_year_1_are_refused(after):
     with pytest.raises(InvalidSchedule):
         next_runs(Schedule(daily=("02:00",)), ms(after), count=1)
+
+
+# -- the end of time (issue 14) -------------------------------------------------------
+
+
+def test_a_yearly_expression_near_year_9999_has_the_runs_that_are_left():
+    # cronsim looked for 10000-01-01 after the last run and overflowed (a 500).
+    runs = next_runs(Schedule(cron="0 0 1 1 *"), ms("9996-03-01T00:00:00+00:00"), count=5)
+    assert [iso(run) for run in runs] == [
+        "9997-01-01T00:00:00+00:00",
+        "9998-01-01T00:00:00+00:00",
+        "9999-01-01T00:00:00+00:00",
+    ]
+
+
+_LAST_YEARS = [
+    Schedule(cron="0 0 1 1 *"),
+    Schedule(cron="0 0 29 2 *", timezone="America/New_York"),
+    Schedule(cron="30 2 * * *", timezone="Europe/Bucharest"),
+    Schedule(cron="0 * * * *", timezone="Australia/Lord_Howe"),
+    Schedule(cron="*/7 * * * *", timezone="Pacific/Kiritimati"),
+    Schedule(cron="59 23 31 12 *", timezone="Etc/GMT+12"),
+    Schedule(every=1),
+    Schedule(every=7 * 86_400),
+    Schedule(every=100 * 366 * 86_400),
+    Schedule(daily=("00:00", "23:59"), timezone="Etc/GMT+12"),
+    Schedule(daily=("23:59",), timezone="Pacific/Kiritimati"),
+    Schedule(daily=("02:30",), timezone="America/New_York"),
+    Schedule(daily=("02:15",), timezone="Australia/Lord_Howe"),
+]
+
+
+@pytest.mark.parametrize("schedule", _LAST_YEARS, ids=repr)
+def test_runs_from_any_instant_of_the_last_years_end_by_9999_12_30(schedule):
+    afters = [ms("9995-01-01T00:00:00+00:00") + step * 7_654_321_987 for step in range(40)]
+    afters += [LATEST_RUN_MS - 86_400_000, LATEST_RUN_MS - 1, LATEST_RUN_MS, LATEST_RUN_MS + 1]
+    afters += [ms("9999-12-31T23:59:59.999+00:00")]
+    for after in afters:
+        runs = next_runs(schedule, after, count=100)
+        assert runs == sorted(set(runs))
+        assert all(after < run <= LATEST_RUN_MS for run in runs)
+
+
+def test_no_run_falls_after_9999_12_30():
+    assert next_runs(Schedule(every=1), LATEST_RUN_MS - 2_000, count=5) == [
+        LATEST_RUN_MS - 1_000,
+        LATEST_RUN_MS,
+    ]
+    assert next_runs(Schedule(cron="* * * * *"), LATEST_RUN_MS, count=5) == []
