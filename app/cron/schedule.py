@@ -222,6 +222,21 @@ def run_key_pattern(name: str, hash_: str | None = None) -> str:
     return f"{literal}/{middle}/{'_' * _TIME_LENGTH}"
 
 
+def run_key_range(name: str, hash_: str | None = None) -> tuple[str, str]:
+    """Two keys between which (both excluded) every run key of one entry, or of one
+    configuration of it, falls in code point order (the byte order of UTF-8).
+
+    The first is the keys' common prefix, `name/` (or `name/hash/`); the second is that
+    prefix with its final `/` turned into the next character, `0`. A key lies strictly
+    between them exactly when it starts with the prefix and is longer, so a database
+    reads the entry's runs as one range of its (`pKey`, `pKind`) index, whatever the
+    queue holds besides. The range also holds the runs of entries named `name/…`:
+    run_key_pattern tells those apart.
+    """
+    prefix = f"{name}/" if hash_ is None else f"{name}/{hash_}/"
+    return prefix, prefix[:-1] + chr(ord("/") + 1)
+
+
 def _to_datetime(epoch_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=epoch_ms)
 

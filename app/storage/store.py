@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
 from app.cron.models import CronEntry, CronInstall, InstallOutcome
-from app.cron.schedule import run_key_pattern
+from app.cron.schedule import run_key_pattern, run_key_range
 from app.queue.errors import StorageUnavailable
 from app.queue.models import (
     Claim,
@@ -130,7 +130,7 @@ class SqlStore:
                 sql.lock_acknowledge,
                 sql.message_delete,
                 sql.queue_purge,
-                sql.runs_delete_pending,
+                dialect.entry_runs.delete_pending,
             )
         }
         # An engine with an asyncio driver does its I/O on the event loop: its
@@ -642,7 +642,7 @@ class SqlStore:
         if stored.config_hash != entry.config_hash:
             removed = self._remove_on(
                 connection,
-                sql.runs_delete_pending,
+                self.dialect.entry_runs.delete_pending,
                 _runs_of(entry.queue, entry.name, stored.config_hash),
                 entry.updated_at,
             )
@@ -656,7 +656,9 @@ class SqlStore:
             entry_key = {"entry_queue": queue, "entry_name": name}
             if not connection.execute(sql.cron_delete, entry_key).rowcount:
                 return None
-            return self._remove_on(connection, sql.runs_delete_pending, _runs_of(queue, name), now)
+            return self._remove_on(
+                connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
+            )
 
         return self._transaction(uninstall)
 
@@ -884,13 +886,13 @@ def _cron_entry(row: Any) -> CronEntry:
 
 
 def _runs_of(queue: str, name: str, config_hash: str | None = None) -> dict[str, Any]:
-    """Parameters of runs_delete_pending for an entry's runs (of one configuration)."""
-    prefix = f"{name}/{config_hash}/" if config_hash is not None else f"{name}/"
+    """Parameters of the EntryRuns statements for an entry's runs (of one configuration)."""
+    after_key, before_key = run_key_range(name, config_hash)
     return {
         "queue": queue,
+        "after_key": after_key,
+        "before_key": before_key,
         "pattern": run_key_pattern(name, config_hash),
-        "prefix": prefix,
-        "prefix_length": len(prefix),
     }
 
 

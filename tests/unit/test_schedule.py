@@ -6,6 +6,8 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.cron.schedule import (
     LATEST_RUN_MS,
@@ -16,6 +18,7 @@ from app.cron.schedule import (
     next_runs,
     run_key,
     run_key_pattern,
+    run_key_range,
 )
 
 
@@ -371,3 +374,40 @@ def test_no_run_falls_after_9999_12_30():
         LATEST_RUN_MS,
     ]
     assert next_runs(Schedule(cron="* * * * *"), LATEST_RUN_MS, count=5) == []
+
+
+# -- key ranges and density (issue 14) ------------------------------------------------
+
+_KEY_CHARACTERS = st.sampled_from(
+    ["a", "A", "b", "/", "0", "1", ".", "-", "%", "_", "\\", "é", "😀"]
+)
+
+
+@given(
+    name=st.text(_KEY_CHARACTERS, min_size=1, max_size=6),
+    key=st.text(_KEY_CHARACTERS, max_size=12),
+    configuration=st.booleans(),
+)
+def test_a_key_range_holds_exactly_the_keys_that_start_with_the_entrys_prefix(
+    name, key, configuration
+):
+    hash_ = "0123456789abcdef" if configuration else None
+    after, before = run_key_range(name, hash_)
+    prefix = f"{name}/{hash_}/" if configuration else f"{name}/"
+    for candidate in (key, prefix + key, name + key):
+        inside = candidate.startswith(prefix) and len(candidate) > len(prefix)
+        # Code point order, which is UTF-8's byte order: what the databases compare.
+        assert (after < candidate < before) == inside
+        assert (after.encode() < candidate.encode() < before.encode()) == inside
+
+
+@pytest.mark.parametrize(("entry", "other"), [("a", "a/b"), ("a", "a0"), ("a/b", "a"), ("a", "A")])
+def test_every_run_key_of_an_entry_is_in_its_range(entry, other):
+    hash_ = "0123456789abcdef"
+    run = ms("2026-11-27T00:00:00+00:00")
+    for hashed in (None, hash_):
+        after, before = run_key_range(entry, hashed)
+        assert after < run_key(entry, hash_, run) < before
+    after, before = run_key_range(entry)
+    inside = after < run_key(other, hash_, run) < before
+    assert inside == other.startswith(entry + "/")  # the pattern tells those apart

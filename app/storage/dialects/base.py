@@ -28,6 +28,8 @@ class Dialect:
     # Batch offer: key, payload "digest" (see payload_digest) and first time asked
     # for, of the keys that exist.
     stored_offers: Select = sql.stored_offers
+    # A cron entry's runs, read and deleted as one range of keys in byte order.
+    entry_runs: sql.EntryRuns = sql.runs
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
     # Whether the driver has an asyncio API, so the service can do I/O on its event
