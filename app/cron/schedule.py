@@ -33,6 +33,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
 EARLIEST_AFTER_MS = (datetime(1, 1, 3, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 LATEST_RUN_MS = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+# Cron expressions and daily times run on whole minutes, at least a minute apart.
+_MINUTE_MS = 60_000
 # Shortest and longest `every`: a second (cron's own grain is a minute), a century.
 MIN_EVERY_SECONDS = 1
 MAX_EVERY_SECONDS = 100 * 366 * 24 * 3600
@@ -192,6 +194,14 @@ def _local_instant(wall: datetime, zone: ZoneInfo) -> int:
             return _to_epoch_ms(aware)
         candidate += timedelta(minutes=1)
     raise AssertionError(f"no valid local time within two days after {wall} in {zone}")
+
+
+def most_runs_within(schedule: Schedule, span_ms: int) -> int:
+    """The most runs the schedule can have in any span of `span_ms`: an `every` period
+    fits `span / period` times (rounded up), a cron expression or a daily list runs on
+    whole minutes, at most once a minute."""
+    grain = round(schedule.every * 1000) if schedule.every is not None else _MINUTE_MS
+    return -(-span_ms // grain)
 
 
 def config_hash(schedule: Schedule, payload: bytes) -> str:

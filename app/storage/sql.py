@@ -343,7 +343,6 @@ cron = cron_entries.c
 _cron_entry = (cron.queue == bindparam("entry_queue")) & (cron.name == bindparam("entry_name"))
 cron_select = select(cron_entries).where(_cron_entry)
 cron_select_for_update = cron_select.with_for_update()
-cron_select_for_share = cron_select.with_for_update(read=True)
 cron_insert = insert(cron_entries)
 cron_update = (
     update(cron_entries)

@@ -19,7 +19,7 @@ from app.storage.schema import upgrade_to_head
 from app.storage.store import _runs_of
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS, scratch_database
-from tests.helpers import fill_queue
+from tests.helpers import fill_queue, history_rows
 
 QUEUE = "reports"
 HOUR = 3_600_000
@@ -69,8 +69,10 @@ def _runs(entry: CronEntry, times: list[int]) -> list[Offer]:
     ]
 
 
-def _install(store, entry: CronEntry, runs: list[Offer]):
-    return store.cron_install_runs(entry, runs, START_MS)
+def _install(store, entry: CronEntry, runs: list[Offer], limit: int = 200, keep_until=None):
+    """cron_install_runs at START_MS, keeping runs up to a day ahead unless told."""
+    keep_until = START_MS + 24 * HOUR if keep_until is None else keep_until
+    return store.cron_install_runs(entry, runs, START_MS, limit=limit, keep_until=keep_until)
 
 
 def _stored_keys(store) -> list[str]:
@@ -182,6 +184,60 @@ def test_installing_runs_twice_creates_each_once(store):
 MINUTE = 60_000
 
 
+def _take_and_acknowledge(store, now: int) -> str:
+    lock = str(uuid.uuid4())
+    [delivery] = store.messages_poll(QUEUE, 1, lock, now + HOUR, now).deliveries
+    assert store.locks_acknowledge(QUEUE, lock, now) == 1
+    return delivery.message.key
+
+
+def test_runs_go_in_up_to_the_limit_and_one_more_for_each_one_delivered(store):
+    entry = _entry("tick", every=60)
+    store.cron_install(entry)
+    runs = _runs(entry, [START_MS + n * MINUTE for n in range(1, 11)])
+    assert _install(store, entry, runs, limit=4) == 4
+    assert _stored_keys(store) == [run.key for run in runs[:4]]
+    assert _install(store, entry, runs, limit=4) == 0  # full
+    assert _take_and_acknowledge(store, START_MS + MINUTE) == runs[0].key
+    assert _install(store, entry, runs[1:], limit=4) == 1  # a later pass's runs
+    assert _stored_keys(store) == [run.key for run in runs[1:5]]
+
+
+def test_runs_past_the_limit_or_the_lookahead_go_but_never_one_that_is_due(store, database):
+    entry = _entry("tick", every=60)
+    store.cron_install(entry)
+    # Runs stored before the bounds: two due (a worker holds the older), thirty ahead.
+    times = [START_MS - 2 * MINUTE, START_MS - MINUTE] + [
+        START_MS + n * MINUTE for n in range(1, 31)
+    ]
+    stored = _runs(entry, times)
+    store.messages_offer_many(QUEUE, stored, START_MS - HOUR)
+    store.messages_poll(QUEUE, 1, str(uuid.uuid4()), START_MS + HOUR, START_MS)
+    other = _entry("tick/other", every=60)  # its keys share the prefix `tick/`
+    store.cron_install(other)
+    their_keys = [run.key for run in _runs(other, times)]
+    store.messages_offer_many(QUEUE, _runs(other, times), START_MS - HOUR)
+
+    assert _install(store, entry, [], limit=5) == 0
+    # The two due ones stay, with the earliest runs ahead up to the limit.
+    assert _stored_keys(store) == sorted([run.key for run in stored[:5]] + their_keys)
+    # A shorter lookahead: the runs after it go too, not the due ones.
+    assert _install(store, entry, [], limit=5, keep_until=START_MS + MINUTE) == 0
+    assert _stored_keys(store) == sorted([run.key for run in stored[:3]] + their_keys)
+    dropped = [row for row in history_rows(database.url) if row["outcome"] == "dropped"]
+    assert sorted(row["key"] for row in dropped) == sorted(run.key for run in stored[3:])
+
+
+def test_while_the_limit_of_runs_wait_for_workers_none_is_added(store):
+    entry = _entry("tick", every=60)
+    store.cron_install(entry)
+    waiting = _runs(entry, [START_MS - n * MINUTE for n in range(6, 0, -1)])
+    store.messages_offer_many(QUEUE, waiting, START_MS - HOUR)
+    ahead = _runs(entry, [START_MS + n * MINUTE for n in range(1, 4)])
+    assert _install(store, entry, ahead, limit=5) == 0
+    assert _stored_keys(store) == sorted(run.key for run in waiting)
+
+
 def test_an_uninstall_larger_than_one_delete_removes_its_runs_and_nothing_else(
     store, clean_database
 ):
@@ -260,7 +316,8 @@ def test_runs_are_found_by_bytes_on_a_database_whose_collation_is_linguistic():
             for entry in entries:
                 store.cron_install(entry)
                 _install_runs(store, entry)
-            assert store.cron_uninstall(QUEUE, "a", START_MS) == 3
+            assert _install(store, entries[0], [], limit=2) == 0  # drops its latest run
+            assert store.cron_uninstall(QUEUE, "a", START_MS) == 2
             keys = _stored_keys(store)
             assert len(keys) == 12
             assert not [key for key in keys if key.startswith(f"a/{entries[0].config_hash}/")]

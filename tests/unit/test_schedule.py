@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from datetime import UTC, datetime
 
 import pytest
@@ -15,6 +16,7 @@ from app.cron.schedule import (
     InvalidSchedule,
     Schedule,
     config_hash,
+    most_runs_within,
     next_runs,
     run_key,
     run_key_pattern,
@@ -411,3 +413,43 @@ def test_every_run_key_of_an_entry_is_in_its_range(entry, other):
     after, before = run_key_range(entry)
     inside = after < run_key(other, hash_, run) < before
     assert inside == other.startswith(entry + "/")  # the pattern tells those apart
+
+
+@pytest.mark.parametrize(
+    ("schedule", "most"),
+    [
+        (Schedule(every=1), 180),
+        (Schedule(every=7), 26),
+        (Schedule(every=1.5), 120),
+        (Schedule(every=3600), 1),
+        (Schedule(cron="* * * * *"), 3),
+        (Schedule(cron="0 2 * * *"), 3),
+        (Schedule(daily=("09:00", "09:01", "09:02", "09:03")), 3),
+    ],
+    ids=repr,
+)
+def test_the_most_runs_within_a_span(schedule, most):
+    assert most_runs_within(schedule, 180_000) == most
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule(every=7),
+        Schedule(every=1.5),
+        Schedule(cron="* * * * *", timezone="America/New_York"),
+        Schedule(cron="*/2 1 * * *", timezone="Europe/Bucharest"),
+        Schedule(daily=("01:59", "02:00", "02:01", "02:30", "03:00"), timezone="America/New_York"),
+    ],
+    ids=repr,
+)
+def test_no_span_holds_more_runs_than_most_runs_within_says(schedule):
+    # Days with a daylight-saving change in New York and Bucharest, and one without.
+    for day in ("2026-03-08T00:00:00-05:00", "2026-10-25T00:00:00+03:00", "2026-06-01T00:00:00Z"):
+        runs = next_runs(schedule, ms(day), until=ms(day) + 6 * 3_600_000)
+        span = 180_000
+        most = most_runs_within(schedule, span)
+        # The fullest spans start just before a run.
+        assert all(
+            bisect_right(runs, run - 1 + span) - index <= most for index, run in enumerate(runs)
+        )
