@@ -23,12 +23,20 @@ def _database_url() -> str:
     return config.get_main_option("sqlalchemy.url") or Settings().database_url
 
 
+def _include_object(item, _name, type_, reflected, _compare_to) -> bool:
+    """Whether autogenerate compares `item`: not an index the code declares for another
+    database only (`info["only_on"]`, app/storage/tables.py)."""
+    only_on = item.info.get("only_on") if type_ == "index" and not reflected else None
+    return only_on is None or only_on == context.get_context().dialect.name
+
+
 def run_migrations_offline() -> None:
     context.configure(
         url=_database_url(),
         target_metadata=metadata,
         literal_binds=True,
         compare_type=True,
+        include_object=_include_object,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -41,6 +49,7 @@ def run_migrations_online() -> None:
             connection=connection,
             target_metadata=metadata,
             compare_type=True,
+            include_object=_include_object,
             render_as_batch=connection.dialect.name == "sqlite",
         )
         if connection.dialect.name in ("mysql", "mariadb"):

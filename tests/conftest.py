@@ -185,9 +185,9 @@ def _admin(url: str):
 
 
 @contextmanager
-def scratch_database(server: str, purpose: str) -> Iterator[str]:
+def scratch_database(server: str, purpose: str, options: str = "") -> Iterator[str]:
     """A new, empty database on the test server `server` ("postgresql" or "mariadb"),
-    dropped afterwards.
+    made with CREATE DATABASE's `options` and dropped afterwards.
 
     Every test run gets its own databases, so runs on one machine never meet. A
     server this run does not exercise (see the top of this file) skips the test (the
@@ -201,7 +201,7 @@ def scratch_database(server: str, purpose: str) -> Iterator[str]:
     quoted = admin.dialect.identifier_preparer.quote_identifier(name)
     try:
         with admin.connect() as connection:
-            connection.execute(text(f"CREATE DATABASE {quoted}"))
+            connection.execute(text(f"CREATE DATABASE {quoted} {options}".rstrip()))
         try:
             yield base.set(database=name).render_as_string(hide_password=False)
         finally:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
 
 from app.api.schemas import format_timestamp
 from app.storage.tables import cron_entries, delayed_queue, delivery_history, queue_settings
@@ -73,3 +74,61 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+# Rows made on the server itself, n = 1..count: PostgreSQL's generate_series, a
+# recursive CTE elsewhere (MariaDB stops one at max_recursive_iterations, 1000 by default).
+_NUMBERS = {
+    "postgresql": "SELECT g AS n FROM generate_series(1, :count) AS g",
+    "mariadb": "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :count) "
+    "SELECT n FROM g",
+    "sqlite": "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :count) "
+    "SELECT n FROM g",
+}
+_CONCAT = {
+    "postgresql": "CAST(:key_prefix || LPAD(CAST(n AS TEXT), 7, '0') || :key_suffix AS VARCHAR)",
+    "mariadb": "CONCAT(:key_prefix, LPAD(n, 7, '0'), :key_suffix)",
+    "sqlite": "(:key_prefix || printf('%07d', n) || :key_suffix)",
+}
+
+
+def fill_queue(
+    url: str,
+    queue: str,
+    count: int,
+    *,
+    key_prefix: str = "filler-",
+    key_suffix: str = "",
+    due_at: int = 0,
+) -> None:
+    """Add `count` messages to `queue` with one INSERT … SELECT on the database (no HTTP,
+    no store): keys `{key_prefix}{n:07d}{key_suffix}`, payload `{}`, due at `due_at` + n ms."""
+    backend = make_url(url).get_backend_name()
+    backend = "mariadb" if backend in ("mysql", "mariadb") else backend
+    quote = "`" if backend == "mariadb" else '"'
+    columns = ", ".join(
+        f"{quote}{name}{quote}"
+        for name in ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+    )
+    statement = text(
+        f"INSERT INTO delayed_queue ({columns}) SELECT {_CONCAT[backend]}, :queue, :payload, "
+        f":due_at + n, :due_at + n, :due_at FROM ({_NUMBERS[backend]}) AS numbers"
+    )
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            if backend == "mariadb":
+                connection.execute(text(f"SET SESSION max_recursive_iterations = {count + 1}"))
+            connection.execute(
+                statement,
+                {
+                    "count": count,
+                    "queue": queue,
+                    "payload": b"{}",
+                    "due_at": due_at,
+                    "key_prefix": key_prefix,
+                    "key_suffix": key_suffix,
+                },
+            )
+    finally:
+        engine.dispose()

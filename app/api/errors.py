@@ -25,6 +25,7 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.MessageNotFound: (404, "message-not-found"),
     errors.LockNotFound: (404, "lock-not-found"),
     errors.CronEntryNotFound: (404, "cron-entry-not-found"),
+    errors.CronEntryTooLarge: (422, "cron-entry-too-large"),
     errors.InvalidPayload: (422, "invalid-payload"),
     errors.PayloadTooDeep: (422, "payload-too-deep"),
     errors.PayloadTooLarge: (413, "payload-too-large"),

@@ -26,6 +26,7 @@ from pydantic import (
 
 from app.cron.models import InstallOutcome
 from app.cron.schedule import MAX_EVERY_SECONDS, MIN_EVERY_SECONDS, InvalidSchedule, Schedule
+from app.cron.service import MAX_LOOKAHEAD_MS
 from app.queue.models import IfExists, Outcome, State, When
 from app.queue.payloads import MAX_PAYLOAD_DEPTH
 
@@ -36,6 +37,8 @@ RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
 CRON_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,100}$"
 MAX_LEASE_SECONDS = 12 * 3600
+# A cron entry installs its runs at most a day ahead (app/cron/service.py).
+MAX_LOOKAHEAD_SECONDS = MAX_LOOKAHEAD_MS // 1000
 # Far enough for any reminder, near enough that every due time prints as a date.
 MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
 MAX_BATCH = 1000
@@ -351,8 +354,11 @@ class CronInstallRequest(_Request):
     lookahead: Number | None = Field(
         None,
         gt=0,
-        le=MAX_DELAY_SECONDS,
-        description="Seconds ahead to keep runs installed (default: an hour, and at least 3 runs)",
+        le=MAX_LOOKAHEAD_SECONDS,
+        description=(
+            "Seconds ahead to keep runs installed (default: an hour; taken as at least five "
+            "minutes): at least the next run, and never more runs than the entry may keep"
+        ),
     )
 
     @model_validator(mode="after")

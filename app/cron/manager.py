@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from app.cron.service import CronService
+from app.cron.service import PASS_INTERVAL_MS, CronService
 from app.periodic import Periodic
 
 # How often each replica installs upcoming runs (well inside the lookahead).
-PASS_INTERVAL_SECONDS = 30.0
+PASS_INTERVAL_SECONDS = PASS_INTERVAL_MS / 1000
 
 
 def cron_manager(cron: CronService, interval: float = PASS_INTERVAL_SECONDS) -> Periodic:

@@ -29,9 +29,12 @@ _HASH_LENGTH = 16
 _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
 _DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Runs are printable instants (years 0001-9999); a daily schedule looks a day back.
+# Runs are printable instants (years 0001-9999) whose local day exists in every zone:
+# a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
 EARLIEST_AFTER_MS = (datetime(1, 1, 3, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 LATEST_RUN_MS = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+# Cron expressions and daily times run on whole minutes, at least a minute apart.
+_MINUTE_MS = 60_000
 # Shortest and longest `every`: a second (cron's own grain is a minute), a century.
 MIN_EVERY_SECONDS = 1
 MAX_EVERY_SECONDS = 100 * 366 * 24 * 3600
@@ -116,12 +119,13 @@ def next_runs(
     """The instants (epoch ms) the schedule runs strictly after `after`, in order.
 
     Stops at `until` (inclusive) or after `count` runs, whichever comes first;
-    one of them must be given.
+    one of them must be given. No run falls after LATEST_RUN_MS (9999-12-30 UTC):
+    after that, and from any later `after`, there are none.
     """
     if until is None and count is None:
         raise ValueError("give until or count")
-    if not EARLIEST_AFTER_MS <= after <= LATEST_RUN_MS:
-        raise InvalidSchedule("after must fall between 0001-01-03 and 9999-12-31")
+    if after < EARLIEST_AFTER_MS:
+        raise InvalidSchedule("after must be 0001-01-03T00:00:00Z or later")
     runs: list[int] = []
     last = after
     for run in _runs_after(schedule, after):
@@ -140,14 +144,20 @@ def next_runs(
 
 
 def _runs_after(schedule: Schedule, after: int) -> Iterator[int]:
-    if schedule.every is not None:
-        yield from _every(round(schedule.every * 1000), after)
-    elif schedule.cron is not None:
-        start = _to_datetime(after).astimezone(schedule.zone)
-        for moment in CronSim(schedule.cron, start):
-            yield _to_epoch_ms(moment)
-    else:
-        yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
+    try:
+        if schedule.every is not None:
+            yield from _every(round(schedule.every * 1000), after)
+        elif schedule.cron is not None:
+            start = _to_datetime(after).astimezone(schedule.zone)
+            for moment in CronSim(schedule.cron, start):
+                yield _to_epoch_ms(moment)
+        else:
+            yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
+    except OverflowError:
+        # The search for the next run went past year 9999, where datetime ends: cronsim
+        # steps a month or a year at a time (`0 0 1 1 *` after 9999-01-01 looks for
+        # 10000-01-01), and a daily schedule converts whole local days. No run is left.
+        return
 
 
 def _every(period_ms: int, after: int) -> Iterator[int]:
@@ -186,6 +196,14 @@ def _local_instant(wall: datetime, zone: ZoneInfo) -> int:
     raise AssertionError(f"no valid local time within two days after {wall} in {zone}")
 
 
+def most_runs_within(schedule: Schedule, span_ms: int) -> int:
+    """The most runs the schedule can have in any span of `span_ms`: an `every` period
+    fits `span / period` times (rounded up), a cron expression or a daily list runs on
+    whole minutes, at most once a minute."""
+    grain = round(schedule.every * 1000) if schedule.every is not None else _MINUTE_MS
+    return -(-span_ms // grain)
+
+
 def config_hash(schedule: Schedule, payload: bytes) -> str:
     """What identifies an entry's configuration: its schedule, zone and payload."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
@@ -212,6 +230,21 @@ def run_key_pattern(name: str, hash_: str | None = None) -> str:
     literal = "".join(LIKE_ESCAPE + char if char in "%_" + LIKE_ESCAPE else char for char in name)
     middle = hash_ if hash_ is not None else "_" * _HASH_LENGTH
     return f"{literal}/{middle}/{'_' * _TIME_LENGTH}"
+
+
+def run_key_range(name: str, hash_: str | None = None) -> tuple[str, str]:
+    """Two keys between which (both excluded) every run key of one entry, or of one
+    configuration of it, falls in code point order (the byte order of UTF-8).
+
+    The first is the keys' common prefix, `name/` (or `name/hash/`); the second is that
+    prefix with its final `/` turned into the next character, `0`. A key lies strictly
+    between them exactly when it starts with the prefix and is longer, so a database
+    reads the entry's runs as one range of its (`pKey`, `pKind`) index, whatever the
+    queue holds besides. The range also holds the runs of entries named `name/…`:
+    run_key_pattern tells those apart.
+    """
+    prefix = f"{name}/" if hash_ is None else f"{name}/{hash_}/"
+    return prefix, prefix[:-1] + chr(ord("/") + 1)
 
 
 def _to_datetime(epoch_ms: int) -> datetime:

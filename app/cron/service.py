@@ -16,9 +16,10 @@ from functools import partial
 from typing import Any
 
 from app.clock import Clock
+from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
 from app.cron.models import CronEntry, InstallOutcome
-from app.cron.schedule import Schedule, config_hash, next_runs, run_key
-from app.queue.errors import CronEntryNotFound
+from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs, run_key
+from app.queue.errors import CronEntryNotFound, CronEntryTooLarge
 from app.queue.models import IfExists, Offer
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
@@ -26,17 +27,21 @@ from app.storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 
-# How far ahead runs are installed unless an entry says: an hour, and at least
-# the next MIN_RUNS_AHEAD runs however far off they are.
-DEFAULT_LOOKAHEAD_MS = 3_600_000
-MIN_RUNS_AHEAD = 3
-# Runs installed per entry in one pass: with `every` at least a second, that is
-# over 16 minutes of runs, far more than the time between passes.
-MAX_RUNS_PER_PASS = 1000
-# The manager's passes leave the next minute to earlier passes (see _install_runs),
-# so they keep at least a few minutes of runs installed whatever the lookahead.
+# How often each replica's manager installs upcoming runs (app/cron/manager.py).
+PASS_INTERVAL_MS = 30_000
+# The manager's passes leave the next minute to earlier passes (see _install_runs).
 SKEW_MARGIN_MS = 60_000
+# A run is due at least SKEW_MARGIN_MS after the last pass that may install it, so an
+# entry must be able to keep the runs of that minute and of four passes more installed
+# at once (three passes may fail or come late, and none of its runs goes missing):
+# an entry whose schedule and payload cannot fit that in its bound is refused.
+RUNS_REACH_MS = SKEW_MARGIN_MS + 4 * PASS_INTERVAL_MS
+# How far ahead runs are installed unless an entry says: an hour; an entry may ask for
+# five minutes to a day. Whatever the lookahead, at least the next run is installed,
+# and never more runs than the entry may keep (app/cron/bounds.py).
+DEFAULT_LOOKAHEAD_MS = 3_600_000
 MIN_LOOKAHEAD_MS = 300_000
+MAX_LOOKAHEAD_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,8 @@ class CronService:
         # Observers (the app's metrics): runs created per entry, and failures by kind.
         self.runs_installed = runs_installed
         self.failed = failed
+        # Entries (queue, name, config hash) already logged as beyond their bound.
+        self._over_bound: set[tuple[str, str, str]] = set()
 
     async def install(
         self, queue: str, name: str, spec: CronSpec
@@ -86,6 +93,7 @@ class CronService:
         """Create, change or confirm an entry, and install its upcoming runs at once."""
         now = self.clock.now_ms()
         payload = encode_payload(spec.payload, self.max_payload_bytes)
+        _check_fits(spec.schedule, payload)
         lookahead_ms = (
             None if spec.lookahead_seconds is None else round(spec.lookahead_seconds * 1000)
         )
@@ -146,19 +154,26 @@ class CronService:
         return created
 
     def _install_runs(self, entry: CronEntry, now: int, margin_ms: int = 0) -> int:
-        """Insert the entry's upcoming runs whose keys are free (on a storage thread or greenlet).
+        """Insert the entry's upcoming runs whose keys are free, within its bound (on a
+        storage thread or greenlet); drop the runs it stores beyond the bound.
 
         Runs within `margin_ms` of now are left to earlier passes: a replica whose
-        clock is behind must not re-create a run that another has delivered.
+        clock is behind must not re-create a run that another has delivered. Runs
+        installed further ahead than the lookahead (an entry installed before these
+        bounds, or whose lookahead was shortened) go, with a margin as wide, so that
+        replicas whose clocks differ by less never delete each other's runs.
         """
         schedule = Schedule.from_json(json.loads(entry.schedule))
+        limit = runs_allowed(len(entry.payload))
+        self._warn_when_over_bound(entry, schedule, limit)
         lookahead = DEFAULT_LOOKAHEAD_MS if entry.lookahead_ms is None else entry.lookahead_ms
         start = now + margin_ms
-        until = start + max(lookahead, MIN_LOOKAHEAD_MS)
-        first = next_runs(schedule, start, count=MIN_RUNS_AHEAD)
-        if first:
-            until = max(until, first[-1])
-        runs = next_runs(schedule, start, until=until, count=MAX_RUNS_PER_PASS)
+        until = start + min(max(lookahead, MIN_LOOKAHEAD_MS), MAX_LOOKAHEAD_MS)
+        # At least the next run, however far off.
+        runs = next_runs(schedule, start, until=until, count=limit) or next_runs(
+            schedule, start, count=1
+        )
+        keep_until = max([until, *runs]) + SKEW_MARGIN_MS
         offers = [
             Offer(
                 key=run_key(entry.name, entry.config_hash, run),
@@ -169,11 +184,49 @@ class CronService:
             for run in runs
         ]
         # None: another replica changed or removed the entry meanwhile; nothing written.
-        created = self.store.cron_install_runs(entry, offers, now) or 0
+        created = (
+            self.store.cron_install_runs(entry, offers, now, limit=limit, keep_until=keep_until)
+            or 0
+        )
         if created:
             self.runs_installed(entry.queue, entry.name, created)
         return created
 
+    def _warn_when_over_bound(self, entry: CronEntry, schedule: Schedule, limit: int) -> None:
+        """Log, once per configuration, an entry stored before the bounds that they
+        make skip runs (installing it today is refused, see _check_fits)."""
+        needed = most_runs_within(schedule, RUNS_REACH_MS)
+        if needed <= limit or (entry.queue, entry.name, entry.config_hash) in self._over_bound:
+            return
+        self._over_bound.add((entry.queue, entry.name, entry.config_hash))
+        log.warning(
+            "cron: %s/%s keeps at most %d runs of its %d-byte payload, fewer than the %d its "
+            "schedule needs installed at once: some runs will be skipped. Install it again "
+            "with a smaller payload or a longer period.",
+            entry.queue,
+            entry.name,
+            limit,
+            len(entry.payload),
+            needed,
+        )
+
     def _view(self, entry: CronEntry, after: int, count: int) -> CronView:
         schedule = Schedule.from_json(json.loads(entry.schedule))
         return CronView(entry, schedule, next_runs(schedule, after, count=count))
+
+
+def _check_fits(schedule: Schedule, payload: bytes) -> None:
+    """Refuse an entry that cannot keep, within its bound, the runs its schedule needs
+    installed at once (RUNS_REACH_MS): some of its runs would never be installed."""
+    needed = most_runs_within(schedule, RUNS_REACH_MS)
+    allowed = runs_allowed(len(payload))
+    if needed <= allowed:
+        return
+    largest = MAX_RUN_BYTES_PER_ENTRY // needed
+    raise CronEntryTooLarge(
+        f"this schedule runs up to {needed} times within {RUNS_REACH_MS // 1000} s, and that "
+        f"many runs must be installed at once; with a {len(payload)}-byte payload an entry "
+        f"keeps at most {allowed} (at most {MAX_RUNS_PER_ENTRY} runs and "
+        f"{MAX_RUN_BYTES_PER_ENTRY} bytes of payload): send at most {largest} bytes, "
+        f"or run less often"
+    )

@@ -15,6 +15,10 @@ class CronEntryNotFound(HourglassError):
     """No cron entry of that name in that queue."""
 
 
+class CronEntryTooLarge(HourglassError):
+    """A cron entry whose schedule and payload do not fit what one entry may keep installed."""
+
+
 class LockNotFound(HourglassError):
     """The lock id holds no message: acknowledged, lease lost, or updated since."""
 

@@ -22,8 +22,9 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
+from app.cron.bounds import runs_to_install, runs_to_keep
 from app.cron.models import CronEntry, CronInstall, InstallOutcome
-from app.cron.schedule import run_key_pattern
+from app.cron.schedule import run_key, run_key_pattern, run_key_range
 from app.queue.errors import StorageUnavailable
 from app.queue.models import (
     Claim,
@@ -144,7 +145,7 @@ class SqlStore:
                 sql.lock_acknowledge,
                 sql.message_delete,
                 sql.queue_purge,
-                sql.runs_delete_pending,
+                dialect.entry_runs.delete_pending,
             )
         }
         # An engine with an asyncio driver does its I/O on the event loop: its
@@ -720,7 +721,7 @@ class SqlStore:
         if stored.config_hash != entry.config_hash:
             removed = self._remove_on(
                 connection,
-                sql.runs_delete_pending,
+                self.dialect.entry_runs.delete_pending,
                 _runs_of(entry.queue, entry.name, stored.config_hash),
                 entry.updated_at,
             )
@@ -734,24 +735,51 @@ class SqlStore:
             entry_key = {"entry_queue": queue, "entry_name": name}
             if not connection.execute(sql.cron_delete, entry_key).rowcount:
                 return None
-            return self._remove_on(connection, sql.runs_delete_pending, _runs_of(queue, name), now)
+            return self._remove_on(
+                connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
+            )
 
         return self._transaction(uninstall)
 
-    def cron_install_runs(self, entry: CronEntry, runs: Sequence[Offer], now: int) -> int | None:
-        """Insert an entry's runs whose keys are free; how many went in, or None when the
-        entry was changed or removed meanwhile (then nothing is written).
+    def cron_install_runs(
+        self, entry: CronEntry, runs: Sequence[Offer], now: int, *, limit: int, keep_until: int
+    ) -> int | None:
+        """Bring the entry's runs under `limit` and add the first of `runs` that fit; how
+        many went in, or None when the entry was changed or removed meanwhile (then
+        nothing is written).
 
-        The entry's row is share-locked for the transaction, so a change or an
-        uninstall (which lock it for update) waits, and its delete of the old
-        configuration's runs then sees these.
+        The entry's stored runs (of its configuration, in any state) lose those due after
+        `keep_until` and, past `limit`, the latest not yet due (app/cron/bounds.py:
+        runs_to_keep); then `runs` (earliest first) whose keys are free go in while
+        fewer than `limit` are stored. The entry's row is locked for the transaction:
+        replicas installing runs of one entry take turns, so the count is exact, and a
+        change or an uninstall waits, and its delete of the old runs then sees these.
         """
         key = {"entry_queue": entry.queue, "entry_name": entry.name}
+        of_configuration = _runs_of(entry.queue, entry.name, entry.config_hash)
+        statements = self.dialect.entry_runs
 
         def install(connection: Connection) -> int | None:
-            current = connection.execute(sql.cron_select_for_share, key).first()
+            current = connection.execute(sql.cron_select_for_update, key).first()
             if current is None or current.configHash != entry.config_hash:
                 return None
+            stored = sorted(connection.execute(statements.keys, of_configuration).scalars())
+            keep = runs_to_keep(
+                stored,
+                limit,
+                due_until=run_key(entry.name, entry.config_hash, now),
+                keep_until=run_key(entry.name, entry.config_hash, keep_until),
+            )
+            removed = 0
+            if keep < len(stored):
+                after = {"after_key": stored[keep - 1]} if keep else {}
+                removed = self._remove_on(
+                    connection, statements.delete_pending, {**of_configuration, **after}, now
+                )
+            fresh = runs_to_install(
+                stored, [run.key for run in runs], limit - (len(stored) - removed)
+            )
+            chosen = set(fresh)
             return sum(
                 len(
                     self.dialect.insert_many(
@@ -760,7 +788,7 @@ class SqlStore:
                         [_row(entry.queue, run, now) for run in chunk],
                     )
                 )
-                for chunk in self._insert_chunks(runs)
+                for chunk in self._insert_chunks([run for run in runs if run.key in chosen])
             )
 
         return self._transaction(install)
@@ -962,13 +990,13 @@ def _cron_entry(row: Any) -> CronEntry:
 
 
 def _runs_of(queue: str, name: str, config_hash: str | None = None) -> dict[str, Any]:
-    """Parameters of runs_delete_pending for an entry's runs (of one configuration)."""
-    prefix = f"{name}/{config_hash}/" if config_hash is not None else f"{name}/"
+    """Parameters of the EntryRuns statements for an entry's runs (of one configuration)."""
+    after_key, before_key = run_key_range(name, config_hash)
     return {
         "queue": queue,
+        "after_key": after_key,
+        "before_key": before_key,
         "pattern": run_key_pattern(name, config_hash),
-        "prefix": prefix,
-        "prefix_length": len(prefix),
     }
 
 

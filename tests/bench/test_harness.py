@@ -76,3 +76,21 @@ def test_the_mariadb_benchmark_runs_every_workload_against_its_ceiling():
     for row in rows[1:]:
         service, ceiling = (float(cell.replace(",", "")) for cell in row.split(" | ")[1:3])
         assert service > 0 and ceiling > 0, row
+
+
+@pytest.mark.server_databases
+def test_the_cron_uninstall_benchmark_runs_on_both_servers():
+    with (
+        scratch_database("postgresql", "bench") as postgresql_url,
+        scratch_database("mariadb", "bench") as mariadb_url,
+    ):
+        printed = _bench(
+            "cron_uninstall", "--postgresql-url", postgresql_url, "--mariadb-url", mariadb_url
+        )
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
+    assert [(row[0].lstrip("| "), row[1]) for row in rows] == [
+        (server, queue)
+        for server in ("postgresql", "mariadb")
+        for queue in ("empty queue", "10,000 other messages", "10,000 runs of another entry")
+    ]
+    assert all(float(row[3]) > 0 for row in rows)

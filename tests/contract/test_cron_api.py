@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.schemas import parse_timestamp
+from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
+from app.cron.models import CronEntry
+from app.cron.schedule import LATEST_RUN_MS, Schedule, config_hash, run_key
 from app.main import create_app
 from app.queue.errors import StorageUnavailable
+from app.queue.models import IfExists, Offer
 from tests.helpers import keys_of, poll, stored_rows
 
 DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}
@@ -25,9 +33,8 @@ def test_installing_a_daily_schedule_installs_its_next_runs(client, database):
     # 2026-11-26 09:00Z is 11:00 in Bucharest: the next 02:00 local is 00:00Z tomorrow.
     assert body["next_runs"][:2] == ["2026-11-27T00:00:00.000Z", "2026-11-28T00:00:00.000Z"]
     keys = sorted(row["pKey"] for row in stored_rows(database.url))
-    # At least 3 runs ahead, even though the hour of lookahead holds none.
-    assert len(keys) == 3
-    assert keys[0] == f"nightly/sales/{body['config_hash']}/20261127-000000.000"
+    # The next run, even though the hour of lookahead holds none.
+    assert keys == [f"nightly/sales/{body['config_hash']}/20261127-000000.000"]
 
 
 def test_reinstalling_the_same_entry_changes_nothing(client, database):
@@ -179,7 +186,7 @@ def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, datab
 
 
 @pytest.mark.parametrize(
-    "after", ["0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z", "2026-02-30T00:00:00Z"]
+    "after", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00", "2026-02-30T00:00:00Z"]
 )
 def test_a_preview_from_an_impossible_instant_is_422(client, after):
     install(client)
@@ -196,3 +203,143 @@ def test_numbers_json_does_not_have_are_422(client, database, number):
     )
     assert response.status_code == 422, response.text
     assert stored_rows(database.url) == []
+
+
+# -- previews near the end of time (issue 14) ------------------------------------------
+
+
+def test_a_preview_near_year_9999_shows_the_runs_left(client):
+    install(client, "new-year", payload=1, cron="0 0 1 1 *")
+    response = client.get(
+        "/v1/queues/reports/cron/new-year", params={"after": "9996-03-01T00:00:00Z", "count": 5}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["next_runs"] == [
+        "9997-01-01T00:00:00.000Z",
+        "9998-01-01T00:00:00.000Z",
+        "9999-01-01T00:00:00.000Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"cron": "0 0 29 2 *", "timezone": "America/New_York"},
+        {"cron": "30 2 * * *", "timezone": "Europe/Bucharest"},
+        {"cron": "*/7 * * * *", "timezone": "Pacific/Kiritimati"},
+        {"every": 1},
+        {"every": 100 * 366 * 24 * 3600},
+        {"daily": ["00:00", "23:59"], "timezone": "Etc/GMT+12"},
+        {"daily": ["02:30"], "timezone": "Australia/Lord_Howe"},
+    ],
+)
+def test_a_preview_from_any_instant_the_api_takes_is_200(client, schedule):
+    install(client, "e", payload=1, **schedule)
+    for after in (
+        "9998-12-31T23:59:59.999Z",
+        "9999-12-29T10:00:00Z",
+        "9999-12-30T00:00:00Z",
+        "9999-12-31T12:00:00+12:00",
+        "9999-12-31T23:59:59.999Z",
+    ):
+        response = client.get("/v1/queues/reports/cron/e", params={"after": after, "count": 100})
+        assert response.status_code == 200, (after, response.text)
+        runs = [parse_timestamp(run) for run in response.json()["next_runs"]]
+        assert runs == sorted(set(runs))
+        assert all(parse_timestamp(after) < run <= LATEST_RUN_MS for run in runs)
+
+
+# -- what an entry stores (issue 14) ------------------------------------------------
+
+
+def _payload_of(size: int) -> str:
+    """A JSON string whose stored form is `size` bytes."""
+    return "x" * (size - 2)
+
+
+def _stored_runs(database) -> tuple[int, int]:
+    """How many messages the table holds, and their payload bytes."""
+    rows = stored_rows(database.url)
+    return len(rows), sum(len(row["payload"]) for row in rows)
+
+
+def test_an_entry_that_cannot_keep_its_runs_within_its_bound_is_422(client, database):
+    response = install(client, "big", payload=_payload_of(128 * 1024), every=1)
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["type"] == "urn:hourglass:problem:cron-entry-too-large"
+    assert "at most 23301 bytes" in problem["detail"]
+    assert client.get("/v1/queues/reports/cron").json() == {"entries": []}
+    assert stored_rows(database.url) == []
+    # Every 10 s, 180 s hold 18 runs: 233,016 bytes fit, a byte more does not.
+    assert install(client, "big", payload=_payload_of(233_017), every=10).status_code == 422
+    assert install(client, "big", payload=_payload_of(233_016), every=10).status_code == 201
+
+
+def test_a_dense_entry_keeps_few_runs_and_none_goes_missing(client, clock, database):
+    assert install(client, "tick", payload=_payload_of(20_000), every=1).status_code == 201
+    manager = client.app.state.cron_manager
+    delivered: list[str] = []
+    for _ in range(12):  # six minutes of passes 30 s apart, a worker between them
+        clock.advance(30)
+        client.portal.call(manager.run_pass)
+        count, payload_bytes = _stored_runs(database)
+        assert count <= MAX_RUNS_PER_ENTRY and payload_bytes <= MAX_RUN_BYTES_PER_ENTRY
+        polled = poll(client, "reports", max=1000)
+        delivered += keys_of(polled)
+        assert client.delete(f"/v1/queues/reports/locks/{polled['lock_id']}").status_code == 204
+    # Every second of the six minutes, each once.
+    seconds = sorted(datetime.strptime(key[-19:-4], "%Y%m%d-%H%M%S") for key in delivered)
+    assert len(delivered) == len(set(delivered)) == 360
+    assert seconds == [seconds[0] + timedelta(seconds=n) for n in range(360)]
+    assert manager.failures == 0
+
+
+def test_runs_nobody_takes_stop_at_the_bound(client, clock, database):
+    assert install(client, "tick", payload=_payload_of(20_000), every=1).status_code == 201
+    manager = client.app.state.cron_manager
+    for _ in range(20):  # ten minutes of passes, no worker
+        clock.advance(30)
+        client.portal.call(manager.run_pass)
+    count, payload_bytes = _stored_runs(database)
+    assert count == runs_allowed(20_000) == MAX_RUNS_PER_ENTRY  # 4 MiB would hold 209
+    assert payload_bytes <= MAX_RUN_BYTES_PER_ENTRY
+
+
+def test_an_entry_stored_before_the_bounds_is_brought_under_them(client, clock, database, store):
+    # `every: 1` with a 128 KiB payload, and the runs the manager kept before
+    # (40 here, ~1,060 then): the store takes it, as the old service did.
+    payload = json.dumps(_payload_of(128 * 1024)).encode()
+    schedule = Schedule(every=1)
+    entry = CronEntry(
+        queue="reports",
+        name="big",
+        schedule=json.dumps(schedule.as_json(), sort_keys=True),
+        payload=payload,
+        config_hash=config_hash(schedule, payload),
+        lookahead_ms=None,
+        created_at=clock.now,
+        updated_at=clock.now,
+    )
+    store.cron_install(entry)
+    runs = [clock.now + n * 1000 for n in range(1, 41)]
+    store.messages_offer_many(
+        "reports",
+        [
+            Offer(run_key("big", entry.config_hash, run), payload, run, IfExists.IGNORE)
+            for run in runs
+        ],
+        clock.now,
+    )
+    manager = client.app.state.cron_manager
+    for _ in range(4):
+        client.portal.call(manager.run_pass)
+        count, payload_bytes = _stored_runs(database)
+        assert count == 32 and payload_bytes == 32 * len(payload) <= 4 * 1024 * 1024
+        clock.advance(30)
+
+
+def test_a_lookahead_longer_than_a_day_is_422(client, database):
+    assert install(client, "x", payload=1, every=60, lookahead=86_401).status_code == 422
+    assert stored_rows(database.url) == []
+    assert install(client, "x", payload=1, every=60, lookahead=86_400).status_code == 201

@@ -140,3 +140,40 @@ def test_an_unmigrated_database_is_503_not_500(server):
         assert "hourglass migrate" in response.json()["detail"]
         assert client.post("/v1/queues/q/poll").status_code == 503
         assert client.get("/readyz").status_code == 503
+
+
+def test_revision_0005_indexes_cron_run_keys_on_postgresql_only_both_ways(empty_database_url):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0004")
+    engine = create_engine(empty_database_url)
+
+    def cron_index() -> list[dict]:
+        with engine.connect() as connection:
+            return [
+                index
+                for index in inspect(connection).get_indexes("delayed_queue")
+                if index["name"] == "delayed_queue__cron_run_keys_idx"
+            ]
+
+    try:
+        with engine.begin() as connection:
+            seed = table("delayed_queue", *(column(name) for name in _SEED_VALUES))
+            run = {**_SEED_VALUES, "pKey": "a/0123456789abcdef/20261127-000000.000"}
+            connection.execute(insert(seed).values([_SEED_VALUES, run]))
+        command.upgrade(config, "head")
+        if engine.dialect.name == "postgresql":
+            [index] = cron_index()
+            assert index["column_names"] == ["pKind", "pKey"]
+            options = index["dialect_options"]
+            assert options["postgresql_ops"] == {"pKey": "varchar_pattern_ops"}
+            assert "________________/___________________" in options["postgresql_where"]
+        else:
+            assert cron_index() == []
+        command.downgrade(config, "0004")
+        assert cron_index() == []
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT COUNT(*) FROM delayed_queue")).scalar() == 2
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.cron.schedule import (
+    LATEST_RUN_MS,
     LIKE_ESCAPE,
     InvalidSchedule,
     Schedule,
     config_hash,
+    most_runs_within,
     next_runs,
     run_key,
     run_key_pattern,
+    run_key_range,
 )
 
 
@@ -317,7 +323,133 @@ def test_a_skipped_day_is_crossed():
     ]
 
 
-@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00"])
-def test_previews_outside_the_printable_years_are_refused(after):
+@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "0001-01-02T23:59:59+00:00"])
+def test_previews_before_the_third_day_of_year_1_are_refused(after):
     with pytest.raises(InvalidSchedule):
         next_runs(Schedule(daily=("02:00",)), ms(after), count=1)
+
+
+# -- the end of time (issue 14) -------------------------------------------------------
+
+
+def test_a_yearly_expression_near_year_9999_has_the_runs_that_are_left():
+    # cronsim looked for 10000-01-01 after the last run and overflowed (a 500).
+    runs = next_runs(Schedule(cron="0 0 1 1 *"), ms("9996-03-01T00:00:00+00:00"), count=5)
+    assert [iso(run) for run in runs] == [
+        "9997-01-01T00:00:00+00:00",
+        "9998-01-01T00:00:00+00:00",
+        "9999-01-01T00:00:00+00:00",
+    ]
+
+
+_LAST_YEARS = [
+    Schedule(cron="0 0 1 1 *"),
+    Schedule(cron="0 0 29 2 *", timezone="America/New_York"),
+    Schedule(cron="30 2 * * *", timezone="Europe/Bucharest"),
+    Schedule(cron="0 * * * *", timezone="Australia/Lord_Howe"),
+    Schedule(cron="*/7 * * * *", timezone="Pacific/Kiritimati"),
+    Schedule(cron="59 23 31 12 *", timezone="Etc/GMT+12"),
+    Schedule(every=1),
+    Schedule(every=7 * 86_400),
+    Schedule(every=100 * 366 * 86_400),
+    Schedule(daily=("00:00", "23:59"), timezone="Etc/GMT+12"),
+    Schedule(daily=("23:59",), timezone="Pacific/Kiritimati"),
+    Schedule(daily=("02:30",), timezone="America/New_York"),
+    Schedule(daily=("02:15",), timezone="Australia/Lord_Howe"),
+]
+
+
+@pytest.mark.parametrize("schedule", _LAST_YEARS, ids=repr)
+def test_runs_from_any_instant_of_the_last_years_end_by_9999_12_30(schedule):
+    afters = [ms("9995-01-01T00:00:00+00:00") + step * 7_654_321_987 for step in range(40)]
+    afters += [LATEST_RUN_MS - 86_400_000, LATEST_RUN_MS - 1, LATEST_RUN_MS, LATEST_RUN_MS + 1]
+    afters += [ms("9999-12-31T23:59:59.999+00:00")]
+    for after in afters:
+        runs = next_runs(schedule, after, count=100)
+        assert runs == sorted(set(runs))
+        assert all(after < run <= LATEST_RUN_MS for run in runs)
+
+
+def test_no_run_falls_after_9999_12_30():
+    assert next_runs(Schedule(every=1), LATEST_RUN_MS - 2_000, count=5) == [
+        LATEST_RUN_MS - 1_000,
+        LATEST_RUN_MS,
+    ]
+    assert next_runs(Schedule(cron="* * * * *"), LATEST_RUN_MS, count=5) == []
+
+
+# -- key ranges and density (issue 14) ------------------------------------------------
+
+_KEY_CHARACTERS = st.sampled_from(
+    ["a", "A", "b", "/", "0", "1", ".", "-", "%", "_", "\\", "é", "😀"]
+)
+
+
+@given(
+    name=st.text(_KEY_CHARACTERS, min_size=1, max_size=6),
+    key=st.text(_KEY_CHARACTERS, max_size=12),
+    configuration=st.booleans(),
+)
+def test_a_key_range_holds_exactly_the_keys_that_start_with_the_entrys_prefix(
+    name, key, configuration
+):
+    hash_ = "0123456789abcdef" if configuration else None
+    after, before = run_key_range(name, hash_)
+    prefix = f"{name}/{hash_}/" if configuration else f"{name}/"
+    for candidate in (key, prefix + key, name + key):
+        inside = candidate.startswith(prefix) and len(candidate) > len(prefix)
+        # Code point order, which is UTF-8's byte order: what the databases compare.
+        assert (after < candidate < before) == inside
+        assert (after.encode() < candidate.encode() < before.encode()) == inside
+
+
+@pytest.mark.parametrize(("entry", "other"), [("a", "a/b"), ("a", "a0"), ("a/b", "a"), ("a", "A")])
+def test_every_run_key_of_an_entry_is_in_its_range(entry, other):
+    hash_ = "0123456789abcdef"
+    run = ms("2026-11-27T00:00:00+00:00")
+    for hashed in (None, hash_):
+        after, before = run_key_range(entry, hashed)
+        assert after < run_key(entry, hash_, run) < before
+    after, before = run_key_range(entry)
+    inside = after < run_key(other, hash_, run) < before
+    assert inside == other.startswith(entry + "/")  # the pattern tells those apart
+
+
+@pytest.mark.parametrize(
+    ("schedule", "most"),
+    [
+        (Schedule(every=1), 180),
+        (Schedule(every=7), 26),
+        (Schedule(every=1.5), 120),
+        (Schedule(every=3600), 1),
+        (Schedule(cron="* * * * *"), 3),
+        (Schedule(cron="0 2 * * *"), 3),
+        (Schedule(daily=("09:00", "09:01", "09:02", "09:03")), 3),
+    ],
+    ids=repr,
+)
+def test_the_most_runs_within_a_span(schedule, most):
+    assert most_runs_within(schedule, 180_000) == most
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule(every=7),
+        Schedule(every=1.5),
+        Schedule(cron="* * * * *", timezone="America/New_York"),
+        Schedule(cron="*/2 1 * * *", timezone="Europe/Bucharest"),
+        Schedule(daily=("01:59", "02:00", "02:01", "02:30", "03:00"), timezone="America/New_York"),
+    ],
+    ids=repr,
+)
+def test_no_span_holds_more_runs_than_most_runs_within_says(schedule):
+    # Days with a daylight-saving change in New York and Bucharest, and one without.
+    for day in ("2026-03-08T00:00:00-05:00", "2026-10-25T00:00:00+03:00", "2026-06-01T00:00:00Z"):
+        runs = next_runs(schedule, ms(day), until=ms(day) + 6 * 3_600_000)
+        span = 180_000
+        most = most_runs_within(schedule, span)
+        # The fullest spans start just before a run.
+        assert all(
+            bisect_right(runs, run - 1 + span) - index <= most for index, run in enumerate(runs)
+        )

@@ -30,6 +30,8 @@ class Dialect:
     stored_offers: Select = sql.stored_offers
     # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
     claimed_payloads: Select = sql.claimed_payloads
+    # A cron entry's runs, read and deleted as one range of keys in byte order.
+    entry_runs: sql.EntryRuns = sql.runs
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
     # Whether the driver has an asyncio API, so the service can do I/O on its event

@@ -153,6 +153,8 @@ class MariaDBDialect(Dialect):
         removed = len(gone)
         if removed < _REMOVAL_BATCH:
             return removed
+        if removal.keys_after is not None:
+            return removed + self._remove_in_key_pages(connection, removal, parameters)
         last = connection.execute(select(func.max(sql.columns.id))).scalar()
         after = 0
         while True:
@@ -169,6 +171,26 @@ class MariaDBDialect(Dialect):
             self._record(connection, gone, parameters)
             removed += len(gone)
             after = ids[-1]
+
+    def _remove_in_key_pages(
+        self, connection: Connection, removal: sql.Removal, parameters: dict
+    ) -> int:
+        """The rest of a removal whose rows are one range of keys (a cron entry's runs), in
+        pages of that range: paged by id, the optimizer at times read the whole table in
+        id order for each page instead (4 s beside 1,000,000 messages, for no row)."""
+        removed = 0
+        parameters = dict(parameters)
+        while True:
+            page = connection.execute(self._key_page(removal), parameters).all()
+            if not page:
+                return removed
+            ids = [row.id for row in page]
+            gone = connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids}).all()
+            self._record(connection, gone, parameters)
+            removed += len(gone)
+            if len(page) < _REMOVAL_BATCH:
+                return removed
+            parameters[removal.keys_after] = page[-1].pKey
 
     @staticmethod
     def _record(connection: Connection, gone: list, parameters: dict) -> None:
@@ -198,6 +220,18 @@ class MariaDBDialect(Dialect):
                 sql.columns.id <= bindparam("last"),
             )
             .order_by(sql.columns.id)
+            .limit(_REMOVAL_BATCH)
+            .with_for_update()
+        )
+
+    @staticmethod
+    @cache
+    def _key_page(removal: sql.Removal) -> Select:
+        """The next ids and keys `removal` matches, in key order, locked."""
+        return (
+            select(sql.columns.id, sql.columns.pKey)
+            .where(removal.where)
+            .order_by(sql.columns.pKey)
             .limit(_REMOVAL_BATCH)
             .with_for_update()
         )
