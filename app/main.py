@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(clock=clock)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)
