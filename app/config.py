@@ -34,6 +34,8 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(262_144, ge=1)
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""
+    # Bearer tokens for /metrics (comma-separated; several allow rotation); open when empty.
+    metrics_tokens: str = ""
     auto_migrate: bool = True
     log_format: Literal["text", "json"] = "text"
     # At most this many storage calls run at once (on PostgreSQL on the event loop,

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__
-from app.api.auth import BearerTokens, parse_tokens
+from app.api.auth import BearerTokens, MetricsTokens, parse_metrics_tokens, parse_tokens
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
@@ -127,8 +127,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)
+    # Outermost: before anything is read.
+    if metrics_tokens := parse_metrics_tokens(settings.metrics_tokens):
+        app.add_middleware(MetricsTokens, tokens=metrics_tokens)
     if rules := parse_tokens(settings.api_tokens):
-        app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
+        app.add_middleware(BearerTokens, rules=rules)
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.
