@@ -52,8 +52,8 @@ _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
 # change made through another replica applies here within this many seconds.
 SETTINGS_CACHE_SECONDS = 5.0
 # The settings cache keeps only what it read in the last SETTINGS_CACHE_SECONDS, and
-# at most this many queues (~240 bytes each): polls of ever new queue names, one
-# read each, leave nothing behind once they stop.
+# at most this many queues (~300 bytes each, measured): polls of ever new queue
+# names, one read each, leave nothing behind once they stop.
 _SETTINGS_CACHE_SIZE = 10_000
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
