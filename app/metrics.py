@@ -19,6 +19,7 @@ nothing scrapes.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -68,7 +69,7 @@ class Metrics:
         self, registry: CollectorRegistry | None = None, clock: Clock | None = None
     ) -> None:
         self.registry = registry or CollectorRegistry()
-        self.queues = QueueLabels(clock or SystemClock())
+        self.queues = QueueLabels(clock or SystemClock(), forget=self._remove_series)
         Info("hourglass_build", "The running release", registry=self.registry).info(
             {"version": __version__}
         )
@@ -148,8 +149,8 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
-        # Each counter labelled by queue, with every value of its other labels but
-        # cron entry names (kept per queue as runs are installed).
+        # Each counter labelled by queue, with every value of its other labels (but
+        # cron entry names: QueueLabels keeps those).
         self._queue_series: tuple[tuple[Counter | Histogram, tuple[tuple[str, ...], ...]], ...] = (
             (self._offered, tuple((outcome.value,) for outcome in Outcome)),
             (self._delivered, tuple((delivery,) for delivery in _DELIVERIES)),
@@ -158,7 +159,6 @@ class Metrics:
             (self._polls, tuple((result,) for result in _POLL_RESULTS)),
             (self._lateness, ((),)),
         )
-        self._cron_names: dict[str, set[str]] = {}
         self._queues_read_at: int | None = None
 
     # -- what the queue service reports (QueueEvents) ---------------------------------
@@ -193,11 +193,8 @@ class Metrics:
         self._dead_lettered.labels(queue=self.queues.written(queue)).inc(count)
 
     def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
-        label = self.queues.written(queue)
-        if label == OTHER_QUEUES:
-            name = OTHER_QUEUES
-        else:
-            self._cron_names.setdefault(queue, set()).add(name)
+        label = self.queues.written(queue, cron_entry=name)
+        name = OTHER_QUEUES if label == OTHER_QUEUES else name
         self.cron_runs_installed.labels(queue=label, name=name).inc(count)
 
     # -- scrape-time gauges -----------------------------------------------------------
@@ -234,15 +231,13 @@ class Metrics:
                 )
             waited = 0 if stats.oldest_ready_at is None else max(0, now - stats.oldest_ready_at)
             self.oldest_ready_age.labels(queue=stats.queue).set(waited / 1000)
-        holding = {stats.queue for stats in queues}.union(configured)
-        for queue in self.queues.refresh(holding):
-            self._remove_series(queue)
+        self.queues.refresh({stats.queue for stats in queues}.union(configured))
 
-    def _remove_series(self, queue: str) -> None:
+    def _remove_series(self, queue: str, cron_entries: set[str]) -> None:
         for metric, label_tails in self._queue_series:
             for tail in label_tails:
                 metric.remove(queue, *tail)
-        for name in self._cron_names.pop(queue, ()):
+        for name in cron_entries:
             self.cron_runs_installed.remove(queue, name)
 
     def error(self, kind: str) -> None:
@@ -258,44 +253,57 @@ class Metrics:
 
 
 class QueueLabels:
-    """Which queues have series of their own, and when each last had an event."""
+    """Which queues have series of their own, and when each last had an event.
 
-    def __init__(self, clock: Clock) -> None:
+    Events come from the event loop and, for cron runs on SQLite and MariaDB, from
+    storage threads: one lock keeps the tables whole while a scrape walks them.
+    """
+
+    def __init__(self, clock: Clock, forget: Callable[[str, set[str]], object]) -> None:
         self.clock = clock
+        self._forget = forget  # removes a queue's series, given its cron entries
+        self._lock = threading.Lock()
         self._last_event: dict[str, int] = {}  # queue -> epoch ms
+        self._cron_entries: dict[str, set[str]] = {}  # queue -> names with series
         # What the last read of the database showed holding something; every one of
         # them is in _last_event, so the others number len(_last_event) - len(_holding).
         self._holding: frozenset[str] = frozenset()
 
-    def written(self, queue: str) -> str:
+    def written(self, queue: str, cron_entry: str | None = None) -> str:
         """The label for an event that shows `queue` holds, or held, something."""
-        if (
-            queue not in self._last_event
-            and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
-        ):
-            return OTHER_QUEUES
-        self._last_event[queue] = self.clock.now_ms()
-        return queue
+        with self._lock:
+            if (
+                queue not in self._last_event
+                and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
+            ):
+                return OTHER_QUEUES
+            self._last_event[queue] = self.clock.now_ms()
+            if cron_entry is not None:
+                self._cron_entries.setdefault(queue, set()).add(cron_entry)
+            return queue
 
     def polled_empty(self, queue: str) -> str:
         """The label for an empty poll: the queue's own only if it has series already."""
-        if queue not in self._last_event:
-            return OTHER_QUEUES
-        self._last_event[queue] = self.clock.now_ms()
-        return queue
+        with self._lock:
+            if queue not in self._last_event:
+                return OTHER_QUEUES
+            self._last_event[queue] = self.clock.now_ms()
+            return queue
 
-    def refresh(self, holding: set[str]) -> list[str]:
-        """Take the queues the database shows holding something; the queues to forget
-        (those that hold nothing and had no event for IDLE_QUEUE_SECONDS)."""
-        now = self.clock.now_ms()
-        for queue in holding:
-            self._last_event.setdefault(queue, now)
-        self._holding = frozenset(holding)
-        idle = [
-            queue
-            for queue, last_event in self._last_event.items()
-            if queue not in holding and now - last_event >= IDLE_QUEUE_SECONDS * 1000
-        ]
-        for queue in idle:
-            del self._last_event[queue]
-        return idle
+    def refresh(self, holding: set[str]) -> None:
+        """Take the queues the database shows holding something, and forget those that
+        hold nothing and had no event for IDLE_QUEUE_SECONDS (their series go)."""
+        with self._lock:
+            now = self.clock.now_ms()
+            for queue in holding:
+                self._last_event.setdefault(queue, now)
+            self._holding = frozenset(holding)
+            idle = [
+                queue
+                for queue, last_event in self._last_event.items()
+                if queue not in holding and now - last_event >= IDLE_QUEUE_SECONDS * 1000
+            ]
+            for queue in idle:
+                del self._last_event[queue]
+                # Within the lock: an event that labels the queue again comes after.
+                self._forget(queue, self._cron_entries.pop(queue, set()))
