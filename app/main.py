@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,6 +25,8 @@ from app.metrics import Metrics
 from app.periodic import Periodic
 from app.queue.service import QueueService
 from app.storage.engine import create_store
+
+log = logging.getLogger(__name__)
 
 # How often each replica prunes the delivery history, and rows per DELETE.
 HISTORY_PRUNE_SECONDS = 60.0
@@ -132,6 +135,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         app.add_middleware(MetricsTokens, tokens=metrics_tokens)
     if rules := parse_tokens(settings.api_tokens):
         app.add_middleware(BearerTokens, rules=rules)
+        if not metrics_tokens:
+            log.warning(
+                "/metrics is open while /v1 needs tokens: it names every queue and cron "
+                "entry; set HOURGLASS_METRICS_TOKENS to protect it"
+            )
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.

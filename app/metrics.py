@@ -69,7 +69,8 @@ class Metrics:
         self, registry: CollectorRegistry | None = None, clock: Clock | None = None
     ) -> None:
         self.registry = registry or CollectorRegistry()
-        self.queues = QueueLabels(clock or SystemClock(), forget=self._remove_series)
+        self.clock = clock or SystemClock()
+        self.queues = QueueLabels(self.clock, forget=self._remove_series)
         Info("hourglass_build", "The running release", registry=self.registry).info(
             {"version": __version__}
         )
@@ -210,7 +211,7 @@ class Metrics:
         A scrape storm costs the database two queries per QUEUE_GAUGES_SECONDS; while
         the database is down the gauges keep their last values.
         """
-        now = self.queues.clock.now_ms()
+        now = self.clock.now_ms()
         if self._queues_read_at is not None and 0 <= now - self._queues_read_at < (
             QUEUE_GAUGES_SECONDS * 1000
         ):

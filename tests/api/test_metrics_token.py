@@ -67,9 +67,17 @@ def test_a_metrics_token_opens_nothing_else(client):
     assert client.get("/readyz").status_code == 200
 
 
-def test_metrics_stay_open_without_the_setting(tmp_path):
-    with TestClient(_app(tmp_path, api_tokens=ADMIN)) as client:
+def test_metrics_stay_open_without_the_setting_with_a_warning_when_v1_has_tokens(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="app.main"):
+        app = _app(tmp_path, api_tokens=ADMIN)
+    assert "HOURGLASS_METRICS_TOKENS" in caplog.text
+    with TestClient(app) as client:
         assert client.get("/metrics").status_code == 200
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="app.main"):
+        _app(tmp_path, api_tokens=ADMIN, metrics_tokens=SCRAPER)
+        _app(tmp_path)
+    assert "HOURGLASS_METRICS_TOKENS" not in caplog.text
 
 
 def test_metrics_tokens_are_compared_in_constant_time(client, monkeypatch):
