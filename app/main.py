@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             clock,
             default_lease_seconds=settings.default_lease,
             max_payload_bytes=settings.max_payload_bytes,
+            max_poll_bytes=settings.max_poll_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
             connections=settings.pool_size,
             events=app.state.metrics,

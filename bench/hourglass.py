@@ -16,9 +16,10 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
-from http_client import Connection
 from psycopg import sql
 from psycopg.types.array import ListBinaryDumper
+
+from bench.http_client import Connection
 
 QUEUE = "bench"
 LEASE_SECONDS = 30

@@ -2,7 +2,7 @@
 /metrics and in the server's memory (issue 14: 40,000 of them used to add 12.5 MB to
 every scrape and 13 MB to the server, until a restart).
 
-    python bench/made_up_queue_names.py [--polls 40000] [--connections 8] [--rounds 2]
+    python -m bench.made_up_queue_names [--polls 40000] [--connections 8] [--rounds 2]
 
 The server is `python -m app serve` started from the current directory (run it from
 another checkout to measure that one) on a fresh SQLite database. The memory figure
@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))  # for tests.server, which starts the service
-
-from http_client import Connection
-
+from bench.http_client import Connection
 from tests.server import running_server
 
 

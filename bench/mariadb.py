@@ -1,7 +1,7 @@
 """MariaDB: the service against its raw-SQL ceiling, for offers, batch offers and drains.
 
-    python bench/mariadb.py                 # 3 rounds, ~4 minutes
-    python bench/mariadb.py --quick         # 1 short round: does it run?
+    python -m bench.mariadb                 # 3 rounds, ~4 minutes
+    python -m bench.mariadb --quick         # 1 short round: does it run?
 
 The ceiling sends the statements the service sends on MariaDB
 (app/storage/dialects/mariadb.py and app/storage/sql.py, written out here):
@@ -17,24 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import MySQLdb
 from sqlalchemy.engine import make_url
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-
-from hourglass import QUEUE, ServiceTarget, now_ms
-from run import PAYLOAD, _event_loop_factory
-
 from app.config import normalize_database_url
 from app.storage.schema import upgrade_to_head
+from bench.hourglass import QUEUE, ServiceTarget, now_ms
+from bench.http_client import event_loop_factory
+from bench.targets import PAYLOAD
 from tests.server import running_server
 
 LEASE_MS = 30_000
@@ -241,7 +236,7 @@ def service(port: int, clients: int, seconds: float, workload: str, limit: int =
         await asyncio.gather(*(worker.close() for worker in workers))
         return done / elapsed
 
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(measure())
 
 

@@ -12,7 +12,7 @@ Each peer is driven the way its own client drives it, one connection per worker:
 except procrastinate's, a direct INSERT (see `ProcrastinateTarget.fill`).
 
 Self-check (creates the database if missing):
-    python bench/peers.py postgresql://root@127.0.0.1:5432/hourglass_peers_check
+    python -m bench.peers postgresql://root@127.0.0.1:5432/hourglass_peers_check
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The import's benchmark: `hourglass pipeline import` of N rows against the raw-SQL
 batch-insert ceiling, in one run on one PostgreSQL database.
 
-    python bench/pipeline.py                  # 1,000,000 rows, 3 rounds (~5 min)
-    python bench/pipeline.py --rows 100000 --rounds 1
+    python -m bench.pipeline                  # 1,000,000 rows, 3 rounds (~5 min)
+    python -m bench.pipeline --rows 100000 --rounds 1
 
 The ceiling inserts the same rows with the statement the store's batch offer
 sends on PostgreSQL (INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING
@@ -31,12 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg.types.array import ListBinaryDumper
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-
-from hourglass import INSERT_CHUNK, OFFER_ROWS, fresh_database
-
 from app.storage.schema import upgrade_to_head
+from bench.hourglass import INSERT_CHUNK, OFFER_ROWS, fresh_database
 
 QUEUE = "bulk"
 DUE = "2026-12-01T09:00:00Z"

@@ -2,7 +2,7 @@
 
     HOURGLASS_DATABASE_URL=postgresql://root@127.0.0.1:5432/hourglass_probe \\
         hourglass serve --port 8181 --no-access-log &
-    python bench/probe.py --port 8181 drain --clients 4 --max 1
+    python -m bench.probe --port 8181 drain --clients 4 --max 1
     py-spy record --pid <server pid> --duration 5 --format raw -o poll.txt &  # meanwhile
 
 Prints messages (or requests) per second and the server's CPU time per request,
@@ -18,8 +18,10 @@ import time
 import uuid
 from pathlib import Path
 
-from hourglass import ServiceTarget
-from run import PAYLOAD, _event_loop_factory, _process_cpu
+from bench.accounting import process_cpu
+from bench.hourglass import ServiceTarget
+from bench.http_client import event_loop_factory
+from bench.targets import PAYLOAD
 
 
 async def probe(args: argparse.Namespace) -> None:
@@ -55,9 +57,9 @@ async def probe(args: argparse.Namespace) -> None:
                 requests += 1
 
     pid = args.pid or _server_pid(args.port)
-    cpu_before, started = _process_cpu(pid), time.perf_counter()
+    cpu_before, started = process_cpu(pid), time.perf_counter()
     await asyncio.gather(*(work(number, worker) for number, worker in enumerate(workers)))
-    elapsed, cpu = time.perf_counter() - started, _process_cpu(pid) - cpu_before
+    elapsed, cpu = time.perf_counter() - started, process_cpu(pid) - cpu_before
     await asyncio.gather(*(worker.close() for worker in workers))
     print(
         f"{args.workload}, {args.clients} clients: {messages / elapsed:,.0f} msg/s, "
@@ -96,7 +98,7 @@ def main() -> None:
     parser.add_argument("--max", type=int, default=1, help="poll size for drain")
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(probe(args))
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+# About 100 bytes of JSON, the same for every system.
+PAYLOAD = b'{"user":123456,"text":"' + b"x" * 70 + b'"}'
+
 
 class Worker(Protocol):
     """One concurrent client: one connection, used by one task at a time."""

@@ -1,1 +1,1 @@
-"""Alembic migrations; shipped in the wheel as `app.migrations`."""
+"""Alembic migrations; `app/migrations` links here, and the wheel carries them there."""

@@ -1,15 +1,17 @@
 """Shared fixtures: the databases every contract test runs on, a fake clock, clean tables.
 
-HOURGLASS_TEST_DATABASES picks the databases (default `sqlite,postgresql,mariadb`);
-HOURGLASS_TEST_POSTGRESQL_URL and HOURGLASS_TEST_MARIADB_URL say which servers to
-use (their database name is the prefix of the databases each run creates for
-itself and drops at the end). A database that is asked for but does not answer
-fails the run: it is never skipped.
+HOURGLASS_TEST_DATABASES names the databases to require (.ci/run names all three):
+one that is asked for but does not answer fails the run. Unset, the run takes
+SQLite and every server that answers, and says loudly, in its header and its
+summary, which it did not exercise. HOURGLASS_TEST_POSTGRESQL_URL and
+HOURGLASS_TEST_MARIADB_URL say which servers to use (their database name is the
+prefix of the databases each run creates for itself and drops at the end).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,11 +30,6 @@ from app.storage.schema import upgrade_to_head
 from app.storage.store import SqlStore
 from app.storage.tables import metadata
 
-DATABASES = [
-    name.strip()
-    for name in os.environ.get("HOURGLASS_TEST_DATABASES", "sqlite,postgresql,mariadb").split(",")
-    if name.strip()
-]
 POSTGRESQL_URL = normalize_database_url(
     os.environ.get(
         "HOURGLASS_TEST_POSTGRESQL_URL", "postgresql://root@127.0.0.1:5432/hourglass_test"
@@ -42,11 +39,102 @@ MARIADB_URL = normalize_database_url(
     os.environ.get("HOURGLASS_TEST_MARIADB_URL", "mariadb://root@127.0.0.1:3306/hourglass_test")
 )
 SERVER_URLS = {"postgresql": POSTGRESQL_URL, "mariadb": MARIADB_URL}
+_ASKED_FOR = os.environ.get("HOURGLASS_TEST_DATABASES")
+# How long the default run waits for a server to answer before leaving it out.
+_PROBE_TIMEOUT_SECONDS = 3
+
+
+def _server_problem(server: str) -> str | None:
+    """Why `server` cannot be used by this run, or None when it answers."""
+    target = make_url(SERVER_URLS[server])
+    maintenance = "postgres" if server == "postgresql" else "mysql"
+    timeout = {"connect_timeout": _PROBE_TIMEOUT_SECONDS}
+    try:
+        engine = create_engine(target.set(database=maintenance), connect_args=timeout)
+    except ImportError as error:  # the driver is not installed
+        return f"its driver is missing ({error})"
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as error:  # noqa: BLE001 - any failure means "not answering"
+        first_line = str(getattr(error, "orig", error)).strip().splitlines()[0:1]
+        return f"not answering at {target.render_as_string()} ({''.join(first_line)})"
+    finally:
+        engine.dispose()
+    return None
+
+
+if _ASKED_FOR is not None:
+    # Asked for by name (as .ci/run does): each one must answer, or the run fails.
+    DATABASES = [name.strip() for name in _ASKED_FOR.split(",") if name.strip()]
+    LEFT_OUT: dict[str, str] = {}
+else:
+    # A newcomer's default: SQLite, and every server that answers; the others are
+    # named at the start and in the summary of the run, never left out quietly.
+    LEFT_OUT = {
+        server: problem
+        for server in SERVER_URLS
+        if (problem := _server_problem(server)) is not None
+    }
+    DATABASES = ["sqlite", *(server for server in SERVER_URLS if server not in LEFT_OUT)]
 # The databases with a server process: several connections, row locks, restarts.
 SERVERS = [name for name in DATABASES if name in SERVER_URLS]
 _KNOWN = {"sqlite", *SERVER_URLS}
 if unknown := set(DATABASES) - _KNOWN:
     raise pytest.UsageError(f"HOURGLASS_TEST_DATABASES names unknown databases: {sorted(unknown)}")
+
+
+# What a default run could not exercise besides database servers (the Spark
+# pipeline without Java): filled in as the run finds out, shown in its summary.
+ALSO_NOT_EXERCISED: dict[str, str] = {}
+
+
+def required_or_skip(what: str, problem: str) -> None:
+    """`what` cannot run here because of `problem`: fail where the run requires
+    everything (HOURGLASS_TEST_DATABASES set, as in CI), else skip it loudly."""
+    if _ASKED_FOR is not None:
+        pytest.fail(f"{what}: {problem}", pytrace=False)
+    ALSO_NOT_EXERCISED[what] = problem
+    pytest.skip(f"{what} not exercised: {problem}")
+
+
+@pytest.fixture(scope="session")
+def java() -> None:
+    """Spark needs Java: without one the pipeline is not exercised (and CI fails)."""
+    if shutil.which("java") is None:
+        required_or_skip("the Spark pipeline", "no `java` on PATH (Spark needs Java 17)")
+
+
+def _not_exercised() -> list[str]:
+    return [
+        *(
+            f"{server}: {LEFT_OUT.get(server, 'left out by HOURGLASS_TEST_DATABASES')}"
+            for server in SERVER_URLS
+            if server not in DATABASES
+        ),
+        *(f"{what}: {problem}" for what, problem in ALSO_NOT_EXERCISED.items()),
+    ]
+
+
+def pytest_report_header() -> list[str]:
+    lines = [f"hourglass databases: {', '.join(DATABASES)}"]
+    if missing := _not_exercised():
+        lines.append("!!! NOT EXERCISED (their tests are skipped):")
+        lines.extend(f"!!!   {line}" for line in missing)
+        if _ASKED_FOR is None:
+            lines.append(
+                "!!!   start them, or set HOURGLASS_TEST_DATABASES=sqlite,postgresql,mariadb "
+                "to require them"
+            )
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if missing := _not_exercised():
+        terminalreporter.section("NOT exercised by this run", sep="!", red=True, bold=True)
+        for line in missing:
+            terminalreporter.line(line, red=True)
+
 
 # 2026-11-26T09:00:00.000Z: a Thursday morning, far from any epoch edge.
 START_MS = 1_795_683_600_000
@@ -102,11 +190,11 @@ def scratch_database(server: str, purpose: str) -> Iterator[str]:
     dropped afterwards.
 
     Every test run gets its own databases, so runs on one machine never meet. A
-    server left out by HOURGLASS_TEST_DATABASES skips the test (the one place a
-    test skips); one asked for that does not answer fails it.
+    server this run does not exercise (see the top of this file) skips the test (the
+    one place a test skips); one asked for that does not answer fails it.
     """
     if server not in DATABASES:
-        pytest.skip(f"{server} left out by HOURGLASS_TEST_DATABASES")
+        pytest.skip(f"{server} not exercised by this run: {LEFT_OUT.get(server, 'left out')}")
     base = make_url(SERVER_URLS[server])
     name = f"{base.database}_{purpose}_{uuid.uuid4().hex[:8]}"
     admin = _admin(SERVER_URLS[server])

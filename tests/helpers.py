@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
 
 from app.api.schemas import format_timestamp
-from app.storage.tables import delayed_queue, delivery_history, queue_settings
+from app.storage.tables import cron_entries, delayed_queue, delivery_history, queue_settings
 
 
 def at(epoch_ms: int) -> str:
@@ -45,6 +45,10 @@ def history_rows(url: str) -> list[dict[str, Any]]:
 
 def settings_rows(url: str) -> list[dict[str, Any]]:
     return _table_rows(url, queue_settings, queue_settings.c.queue)
+
+
+def cron_rows(url: str) -> list[dict[str, Any]]:
+    return _table_rows(url, cron_entries, cron_entries.c.name)
 
 
 def _table_rows(url: str, table, order_by) -> list[dict[str, Any]]:

@@ -2,7 +2,10 @@
 
 `HOURGLASS_API_TOKENS` is `token` or `token=queue-glob`, comma-separated. Without
 a valid token a `/v1` request is `401`; a token limited to a glob gets `403` for
-any queue outside it, and the queue list shows only its queues.
+any queue outside it, and the queue list shows only its queues. The queue in the
+path is checked here; the queues a request reaches beyond it (a dead-letter
+queue, a redrive's targets, a dead letter's origin) are checked where they are
+known, through the request's `queue_filter`.
 `HOURGLASS_METRICS_TOKENS` (comma-separated; several allow rotation) guards
 `/metrics` alone, which names every queue and cron entry: its tokens open
 nothing else, and no `/v1` token opens it. `/healthz`, `/readyz` and the docs
@@ -20,6 +23,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import ProblemResponse, problem
+from app.queue.models import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
 _QUEUES = "/v1/queues/"
@@ -58,9 +62,9 @@ def parse_metrics_tokens(text: str) -> list[bytes]:
     return tokens
 
 
-def queue_glob(scope: Scope) -> str | None:
-    """The glob the request's token is limited to, for routes that list queues."""
-    return scope.get("state", {}).get("queue_glob")
+def queue_filter(scope: Scope) -> QueueFilter:
+    """Which queues the request's token may use (every queue without tokens configured)."""
+    return scope.get("state", {}).get("queue_filter", every_queue)
 
 
 class BearerTokens:
@@ -85,7 +89,7 @@ class BearerTokens:
             response = problem(403, f"this token may not use queue {queue!r}", slug="forbidden")
             await response(scope, receive, send)
             return
-        scope.setdefault("state", {})["queue_glob"] = rule.queues
+        scope.setdefault("state", {})["queue_filter"] = rule.allows
         await self.app(scope, receive, send)
 
 

@@ -6,7 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.api.auth import queue_filter
 from app.config import Settings
+from app.queue.models import QueueFilter
 from app.queue.service import QueueService
 
 
@@ -19,5 +21,11 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+async def get_queue_filter(request: Request) -> QueueFilter:
+    return queue_filter(request.scope)
+
+
 Service = Annotated[QueueService, Depends(get_service)]
+# The queues the request's token may use, for the queues a request names beyond its path.
+AllowedQueues = Annotated[QueueFilter, Depends(get_queue_filter)]
 CurrentSettings = Annotated[Settings, Depends(get_settings)]

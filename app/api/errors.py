@@ -26,6 +26,7 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.LockNotFound: (404, "lock-not-found"),
     errors.CronEntryNotFound: (404, "cron-entry-not-found"),
     errors.InvalidPayload: (422, "invalid-payload"),
+    errors.PayloadTooDeep: (422, "payload-too-deep"),
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
     errors.InvalidSettings: (422, "invalid-settings"),
@@ -69,7 +70,7 @@ def unavailable(detail: str) -> ProblemResponse:
 
 
 async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
-    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
+    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))  # type: ignore[arg-type]
     if status == 503:
         # The detail is ours; the driver's words (hosts, users) go to the log only.
         logger.warning("%s (%s)", error, error.__cause__)

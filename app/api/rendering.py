@@ -1,32 +1,67 @@
-"""Hand-rendered JSON for the answers whose size grows with load: polls and batches.
+"""Hand-rendered JSON: the answers whose size grows with load (polls and batches), and
+every answer that carries a stored payload.
 
 A poll of 100 messages through the pydantic models decodes every stored
 payload, validates it as a JsonValue, and encodes it again; a batch answer
 builds a model per item. Stored payloads are already compact UTF-8 JSON
-(app/queue/payloads.py), so a poll answer embeds their bytes as they are.
-tests/unit/test_rendering.py checks that both decode to exactly what
-PollResponse and BatchResponse would give.
+(app/queue/payloads.py), so every answer that shows one embeds its bytes as
+they are, and a large poll answer is streamed from them without copying them
+into one body. That also means any payload the database holds can be read: pydantic
+renders no more than 253 levels and Python's json reads about 990, while rows
+stored before the nesting limit (or by an import before it) may be deeper.
+tests/unit/test_rendering.py checks that each decodes to exactly what its
+model would give.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from app.api.schemas import DeliveryKind, format_timestamp
-from app.queue.models import Lease, Outcome, State
+from app.queue.models import Lease, Message, Outcome, State
 
 _string = json.JSONEncoder(ensure_ascii=False).encode
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _EMPTY = b'{"lock_id":null,"messages":[]}'
+# A poll's answer larger than this is streamed, in writes of about this size, each
+# payload sent as it was read: built whole it was one more copy of everything
+# (with the pieces it is built from, 4-5x the answer at the peak), and the socket's
+# buffer a further one for a slow reader. Flow control holds back each next write.
+_WRITE_BYTES = 64 * 1024
 
 
 def poll_response(lease: Lease | None) -> Response:
-    """The `200` answer of a poll, as application/json."""
-    return Response(poll_body(lease), media_type="application/json")
+    """The `200` answer of a poll, as application/json; streamed when larger than a write."""
+    pieces = _poll_pieces(lease)
+    length = sum(map(len, pieces))
+    if length <= _WRITE_BYTES:
+        return json_response(b"".join(pieces))
+    return StreamingResponse(
+        _writes(pieces), media_type="application/json", headers={"content-length": str(length)}
+    )
+
+
+def message_response(message: Message, state: State) -> Response:
+    """The `200` answer of `GET …/messages/{key}`."""
+    return json_response(b"".join(_message_pieces(message, state, "")))
+
+
+def with_payload(answer: BaseModel, payload: bytes) -> bytes:
+    """`answer` as JSON, the stored `payload` bytes standing as its `payload` field
+    (whatever value the model holds there is left out)."""
+    rest = answer.model_dump_json(exclude={"payload"}).encode()
+    return b'{"payload":' + payload + b"," + rest[1:]
+
+
+def json_response(body: bytes, status_code: int = 200) -> Response:
+    """An answer already rendered as JSON."""
+    return Response(body, status_code=status_code, media_type="application/json")
 
 
 def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response:
@@ -41,33 +76,63 @@ def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response
         "updated": counts[Outcome.UPDATED],
         "ignored": counts[Outcome.IGNORED],
     }
-    return Response(_compact(body).encode(), media_type="application/json")
+    return json_response(_compact(body).encode())
 
 
 def poll_body(lease: Lease | None) -> bytes:
+    """The whole answer of a poll."""
+    return b"".join(_poll_pieces(lease))
+
+
+def _poll_pieces(lease: Lease | None) -> list[bytes]:
+    """A poll's answer in pieces: each stored payload as it is, between the bytes around it."""
     if lease is None:
-        return _EMPTY
+        return [_EMPTY]
     expires_at = _string(format_timestamp(lease.expires_at))
-    # Every message of one poll shares its queue, state and lease end.
-    state = f',"state":"{State.LEASED.value}"'
-    tail = f'","lease_expires_at":{expires_at}}}'
-    messages = []
-    for delivery in lease.deliveries:
-        message = delivery.message
+    # Every message of one poll shares its lease end.
+    tails = {
+        kind: f',"delivery":"{kind.value}","lease_expires_at":{expires_at}' for kind in DeliveryKind
+    }
+    pieces = [f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode()]
+    for number, delivery in enumerate(lease.deliveries):
+        if number:
+            pieces.append(b",")
         kind = DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST
-        head = (
-            f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'
-        ).encode()
-        origin = message.dead_lettered_from
-        times = (
-            f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
-            f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
-            f',"created_at":"{format_timestamp(message.created_at)}"{state}'
-            f',"deliveries":{message.deliveries}'
-            f',"dead_lettered_from":{"null" if origin is None else _string(origin)}'
-            f',"delivery":"{kind.value}{tail}'
-        ).encode()
-        messages.append(head + message.payload + times)
-    return (
-        f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode() + b",".join(messages) + b"]}"
-    )
+        pieces += _message_pieces(delivery.message, State.LEASED, tails[kind])
+    pieces.append(b"]}")
+    return pieces
+
+
+def _message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, bytes, bytes]:
+    """A message's fields in MessageResponse's order, then `tail` (more fields, or none):
+    the bytes before its payload, the stored payload itself, and the bytes after it."""
+    head = f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'.encode()
+    origin = message.dead_lettered_from
+    rest = (
+        f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
+        f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
+        f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
+        f',"deliveries":{message.deliveries}'
+        f',"dead_lettered_from":{"null" if origin is None else _string(origin)}{tail}}}'
+    ).encode()
+    return head, message.payload, rest
+
+
+async def _writes(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    """`pieces` as writes of about _WRITE_BYTES: small ones joined, a large payload as it is."""
+    pending: list[bytes] = []
+    pending_bytes = 0
+    for piece in pieces:
+        if len(piece) >= _WRITE_BYTES:
+            if pending:
+                yield b"".join(pending)
+                pending, pending_bytes = [], 0
+            yield piece
+            continue
+        pending.append(piece)
+        pending_bytes += len(piece)
+        if pending_bytes >= _WRITE_BYTES:
+            yield b"".join(pending)
+            pending, pending_bytes = [], 0
+    if pending:
+        yield b"".join(pending)

@@ -157,13 +157,17 @@ def _summary(history: DataFrame, live: DataFrame, coming: DataFrame, *, now_ms: 
     }
     totals = reports.history_stats(history.withColumn("all", F.lit(True)), "all").collect()
     queues = sorted(set(per_queue) | set(ready) | set(due))
+    # One row always (nulls for an empty history).
+    first_finished, last_finished = history.agg(F.min("finishedAt"), F.max("finishedAt")).collect()[
+        0
+    ]
     return {
         "generated_at": _iso(now_ms),
         "forecast_days": days,
         "history": {
             "rows": history.count(),
-            "from": _iso(history.agg(F.min("finishedAt")).first()[0]),
-            "to": _iso(history.agg(F.max("finishedAt")).first()[0]),
+            "from": _iso(first_finished),
+            "to": _iso(last_finished),
             "all_queues": _plain(totals[0]) if totals else None,
         },
         "queues": {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.api.schemas import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
-from app.queue.errors import InvalidPayload, PayloadTooLarge
+from app.queue.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
 from app.queue.payloads import encode_payload
 
 _QUEUE = re.compile(QUEUE_PATTERN)
@@ -34,6 +34,7 @@ class Reason:
     MISSING_PAYLOAD = "missing_payload"
     INVALID_PAYLOAD = "invalid_payload"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    PAYLOAD_TOO_DEEP = "payload_too_deep"  # arrays and objects nested past the API's limit
     INVALID_SCHEDULED_AT = "invalid_scheduled_at"
     DUPLICATE_KEY = "duplicate_key"
     UNKNOWN_FIELD = "unknown_field"  # a JSON line with a field no column takes
@@ -74,6 +75,10 @@ def check_row(
         return Checked(Reason.INVALID_PAYLOAD)
     except PayloadTooLarge:
         return Checked(Reason.PAYLOAD_TOO_LARGE)
+    # The parser recurses: text nested deeper than its stack allows (~990 levels) is
+    # deeper than the limit, which encode_payload checks for everything shallower.
+    except (RecursionError, PayloadTooDeep):
+        return Checked(Reason.PAYLOAD_TOO_DEEP)
     if scheduled_at is None or scheduled_at == "":
         return Checked(None, stored, now_ms)
     due = _due(scheduled_at)

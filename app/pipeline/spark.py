@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -17,7 +18,7 @@ DEBIAN_JARS = (
 
 
 def spark_session(
-    app_name: str, *, master: str | None = None, jars: list[str] = ()
+    app_name: str, *, master: str | None = None, jars: Sequence[str] = ()
 ) -> SparkSession:
     """A session for a job. Under spark-submit the master it set stays; otherwise
     `master`, or local Spark on every core."""

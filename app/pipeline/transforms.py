@@ -100,10 +100,7 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
         if not isinstance(record, dict):
             raise TypeError("not a JSON object")
         if set(record) - set(names.values()):  # a field no column takes, as the API refuses
-            return {name: None for name in FIELDS} | {
-                "payload": line,
-                "input_error": Reason.UNKNOWN_FIELD,
-            }
+            return _rejected_line(line, Reason.UNKNOWN_FIELD)
         values = {
             "queue": queue if queue is not None else _text(record.get(names["queue"])),
             "key": _text(record.get(names["key"])),
@@ -120,9 +117,18 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
             if value is not None:
                 value.encode()  # a lone surrogate ("\ud800") is no text Arrow can carry
     except (ValueError, TypeError):  # UnicodeError included; the line goes to the rejects
-        payload = line.encode(errors="replace").decode()
-        return {name: None for name in FIELDS} | {"payload": payload, "input_error": INVALID_LINE}
+        return _rejected_line(line, INVALID_LINE)
+    except RecursionError:
+        # Nested deeper than Python's parser goes (~990 levels). Only a payload may hold
+        # arrays and objects (the other fields are text), so it is one too deep to take.
+        return _rejected_line(line, Reason.PAYLOAD_TOO_DEEP)
     return values
+
+
+def _rejected_line(line: str, reason: str) -> dict[str, str | None]:
+    """A line that goes to the rejects as it is (its text in the payload column)."""
+    payload = line.encode(errors="replace").decode()
+    return {name: None for name in FIELDS} | {"payload": payload, "input_error": reason}
 
 
 def _text(value: object) -> str | None:

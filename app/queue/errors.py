@@ -23,6 +23,10 @@ class InvalidPayload(HourglassError):
     """A payload that is not a JSON value (NaN, Infinity)."""
 
 
+class PayloadTooDeep(HourglassError):
+    """A payload whose arrays and objects nest deeper than the service takes."""
+
+
 class PayloadTooLarge(HourglassError):
     """An encoded payload is larger than the configured limit."""
 

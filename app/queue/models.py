@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+# Which queues a request may use. The service asks it about the queues a request
+# names (a redrive's `to`, a dead-letter queue); storage about those only the rows
+# know, under the rows' locks (where each dead letter goes back to).
+QueueFilter = Callable[[str], bool]
+
+
+def every_queue(queue: str) -> bool:
+    """The QueueFilter of a request limited to no queues."""
+    return True
 
 
 class Outcome(StrEnum):
@@ -69,6 +80,13 @@ class Claim:
     dead_lettered: int = 0
     # Rows past their delivery limit that this look found (moved, or held for later).
     exhausted: int = 0
+
+
+# What one message adds to a poll's answer besides its payload, at most: its other
+# fields with the longest key (200 characters of up to 4 bytes, a quote or backslash
+# escaped as 2) and queue names come to ~1,300 bytes, and the answer's own fields
+# (its lock id) fit in the rest. tests/unit/test_rendering.py checks the bound.
+POLL_MESSAGE_ENVELOPE_BYTES = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +191,10 @@ class QueueSettings:
 
 @dataclass(frozen=True, slots=True)
 class Redrive:
-    """What a redrive did: messages moved back, and messages left because their key is taken
-    in the target queue or they name no queue to go back to."""
+    """What a redrive did: messages moved back; messages left because their key is taken in
+    the target queue or they name no queue to go back to (skipped); messages left because
+    the request may not use their target queue (forbidden)."""
 
     moved: int
     skipped: int
+    forbidden: int

@@ -22,6 +22,7 @@ from app.queue.errors import (
     LockNotFound,
     MessageNotFound,
     PurgeNotConfirmed,
+    QueueForbidden,
 )
 from app.queue.models import (
     Claim,
@@ -31,11 +32,13 @@ from app.queue.models import (
     OfferRequest,
     OfferResult,
     Outcome,
+    QueueFilter,
     QueueSettings,
     QueueStats,
     Redrive,
     State,
     When,
+    every_queue,
 )
 from app.queue.notifier import Notifier
 from app.queue.payloads import encode_payload
@@ -97,6 +100,7 @@ class QueueService:
         *,
         default_lease_seconds: float,
         max_payload_bytes: int,
+        max_poll_bytes: int,
         poll_recheck_seconds: float,
         connections: int,
         events: QueueEvents | None = None,
@@ -106,6 +110,7 @@ class QueueService:
         self.clock = clock
         self.default_lease_ms = round(default_lease_seconds * 1000)
         self.max_payload_bytes = max_payload_bytes
+        self.max_poll_bytes = max_poll_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
         self.calls = StorageCalls(store, connections)
@@ -119,13 +124,18 @@ class QueueService:
 
     # -- offers -------------------------------------------------------------------
 
-    async def offer(self, queue: str, request: OfferRequest) -> OfferResult:
-        """Create the message, or update or ignore it when its key exists."""
-        return await self._offer(queue, request, can_create=True)
+    async def offer(
+        self, queue: str, request: OfferRequest, may_use: QueueFilter = every_queue
+    ) -> OfferResult:
+        """Create the message, or update or ignore it when its key exists. An update keeps
+        a dead letter's origin only when `may_use` allows that queue."""
+        return await self._offer(queue, request, can_create=True, may_use=may_use)
 
-    async def update(self, queue: str, request: OfferRequest) -> OfferResult:
+    async def update(
+        self, queue: str, request: OfferRequest, may_use: QueueFilter = every_queue
+    ) -> OfferResult:
         """Update an existing message; MessageNotFound when there is none."""
-        return await self._offer(queue, request, can_create=False)
+        return await self._offer(queue, request, can_create=False, may_use=may_use)
 
     async def offer_new(self, queue: str, payload: Any, when: When) -> OfferResult:
         """Create a message under a generated key."""
@@ -133,11 +143,20 @@ class QueueService:
             queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when)
         )
 
-    async def _offer(self, queue: str, request: OfferRequest, *, can_create: bool) -> OfferResult:
+    async def _offer(
+        self, queue: str, request: OfferRequest, *, can_create: bool, may_use: QueueFilter
+    ) -> OfferResult:
         now = self.clock.now_ms()
         offer = self._to_offer(request, now)
         stored = await self._run(
-            partial(self.store.messages_offer, queue, offer, now, can_create=can_create)
+            partial(
+                self.store.messages_offer,
+                queue,
+                offer,
+                now,
+                can_create=can_create,
+                may_use=may_use,
+            )
         )
         if stored is None:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
@@ -146,11 +165,15 @@ class QueueService:
             self.notifier.notify(queue)
         return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
 
-    async def offer_many(self, queue: str, requests: Sequence[OfferRequest]) -> list[Outcome]:
+    async def offer_many(
+        self, queue: str, requests: Sequence[OfferRequest], may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
         """Offer a batch: every payload is checked before anything is written."""
         now = self.clock.now_ms()
         offers = [self._to_offer(request, now) for request in requests]
-        outcomes = await self._run(partial(self.store.messages_offer_many, queue, offers, now))
+        outcomes = await self._run(
+            partial(self.store.messages_offer_many, queue, offers, now, may_use)
+        )
         self.events.offered(queue, outcomes)
         if any(outcome is not Outcome.IGNORED for outcome in outcomes):
             self.notifier.notify(queue)
@@ -192,7 +215,8 @@ class QueueService:
         wait_seconds: float = 0,
         abandoned: Callable[[], Awaitable[bool]] | None = None,
     ) -> Lease | None:
-        """Lease up to `limit` due messages; with a wait, until one is due or the wait ends.
+        """Lease up to `limit` due messages, while the answer stays within `max_poll_bytes`
+        (the first due message always); with a wait, until one is due or the wait ends.
 
         `abandoned` tells whether the caller has gone away (the client hung up): a
         waiting poll checks it before every later look, so it never leases
@@ -246,7 +270,16 @@ class QueueService:
             lock_id = str(uuid.uuid4())
             expires_at = now + lease_ms
             claim: Claim = await self._run(
-                partial(self.store.messages_poll, queue, limit, lock_id, expires_at, now, settings)
+                partial(
+                    self.store.messages_poll,
+                    queue,
+                    limit,
+                    lock_id,
+                    expires_at,
+                    now,
+                    settings,
+                    max_bytes=self.max_poll_bytes,
+                )
             )
             if claim.dead_lettered:
                 self.events.dead_lettered(queue, claim.dead_lettered)
@@ -340,8 +373,10 @@ class QueueService:
         default_lease_seconds: float | None,
         max_deliveries: int | None,
         dead_letter_queue: str | None,
+        may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
-        """Replace the queue's settings; fields left out go back to their defaults."""
+        """Replace the queue's settings; fields left out go back to their defaults.
+        QueueForbidden when `may_use` refuses the queue its dead letters would go to."""
         if dead_letter_queue == queue:
             raise InvalidSettings("a queue cannot be its own dead-letter queue")
         settings = QueueSettings(
@@ -361,16 +396,27 @@ class QueueService:
                 f"the default dead-letter queue {settings.effective_dead_letter_queue!r} would be "
                 f"longer than {QUEUE_NAME_MAX} characters: name one in dead_letter_queue"
             )
+        if max_deliveries is not None or dead_letter_queue is not None:
+            # Where this queue's dead letters would go, named or by default.
+            _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(partial(self.store.settings_put, settings))
         self._keep_settings(queue, stored)
         return stored
 
-    async def redrive(self, queue: str, to: str | None, limit: int) -> Redrive:
-        """Move dead letters of `queue` back (to `to`, or where each came from), due now."""
+    async def redrive(
+        self, queue: str, to: str | None, limit: int, may_use: QueueFilter = every_queue
+    ) -> Redrive:
+        """Move dead letters of `queue` back (to `to`, or where each came from), due now.
+
+        QueueForbidden when `may_use` refuses `to`; without `to`, a message whose origin
+        it refuses stays, counted as forbidden: the others still move.
+        """
         if to == queue:
             raise InvalidSettings("redrive moves messages to another queue, not into itself")
+        if to is not None:
+            _check_allowed(may_use, to)
         redrive = await self._run(
-            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms())
+            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms(), may_use)
         )
         if redrive.moved:
             if to is not None:
@@ -420,3 +466,9 @@ def _within_settings_cache(age_ms: int) -> bool:
 
 # The lock ids this service hands out; anything else can hold nothing.
 _LOCK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _check_allowed(may_use: QueueFilter, queue: str) -> None:
+    """A request limited to some queues may not send messages to a queue outside them."""
+    if not may_use(queue):
+        raise QueueForbidden(f"this token may not use queue {queue!r}")

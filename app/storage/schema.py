@@ -9,11 +9,16 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
+# The Alembic revisions, found the same way installed or in a checkout: `app/migrations`
+# is a symbolic link to the top-level `migrations/` in the repository, and the wheel
+# carries that folder there (pyproject.toml). Nothing imports it as a module.
+_SCRIPTS = resources.files("app") / "migrations"
+
 
 def alembic_config(database_url: str) -> Config:
-    """An Alembic config for `database_url` pointing at the packaged migrations."""
+    """An Alembic config for `database_url` pointing at this release's migrations."""
     config = Config()
-    config.set_main_option("script_location", str(resources.files("app.migrations")))
+    config.set_main_option("script_location", str(_SCRIPTS))
     # Alembic's config is ConfigParser-based: a literal % must be doubled.
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return config

@@ -6,6 +6,7 @@ Every dialect runs these; a dialect module replaces only the clause it must
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Delete, Insert
 
+from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage.tables import cron_entries, delivery_history, queue_settings
 from app.storage.tables import delayed_queue as queue_table
 
@@ -115,10 +117,16 @@ def _starting_over(due: Any) -> dict[str, Any]:
 # An update rewrites payload and schedule and clears the lock, so the current
 # holder's acknowledgement no longer deletes the new message. The new content
 # starts a new life: its deliveries are counted from zero (a message that failed
-# three times and is then corrected gets its full allowance of deliveries; a dead
-# letter corrected in place keeps the queue it came from, for a redrive).
+# three times and is then corrected gets its full allowance of deliveries). A dead
+# letter corrected in place keeps the queue it came from, for a redrive, when the
+# request may use that queue; otherwise it loses it ("new_origin" is null), so a
+# token limited to the dead-letter queue cannot put its content on the way back to
+# a queue it may not write. The origin is part of the swap's comparison, so what is
+# kept is what was judged.
 offer_select_for_update = (
-    select(columns.payload, columns.scheduledAtInitially, columns.createdAt)
+    select(
+        columns.payload, columns.scheduledAtInitially, columns.createdAt, columns.deadLetteredFrom
+    )
     .where(_by_key)
     .with_for_update()
 )
@@ -128,10 +136,12 @@ offer_update = (
         _by_key,
         columns.scheduledAtInitially == bindparam("old_scheduled_at_initially"),
         columns.createdAt == bindparam("old_created_at"),
+        columns.deadLetteredFrom.is_not_distinct_from(bindparam("old_origin")),
     )
     .values(
         payload=bindparam("new_payload"),
         createdAt=bindparam("now"),
+        deadLetteredFrom=bindparam("new_origin"),
         **_starting_over(bindparam("new_scheduled_at")),
     )
 )
@@ -153,17 +163,26 @@ stored_offers = keys_in_queue(
     columns.pKey, columns.payload.label("digest"), columns.scheduledAtInitially
 )
 
-# Poll: the due rows, oldest first, skipping rows another transaction holds.
+# Poll: the due rows, oldest first, skipping rows another transaction holds, each
+# with the length of its payload (length() counts the bytes of a binary value on
+# every database; SQLite 3.40 has no octet_length), and its payload only when it
+# is at most "inline_payload_bytes": a poll takes the rows whose answer fits (see
+# answer_length), and reads the other payloads of those only, after, in results
+# of about PAYLOAD_READ_BYTES.
+_payload_bytes = func.length(columns.payload)
 claim_candidates = (
     select(
         columns.id,
         columns.pKey,
-        columns.payload,
         columns.scheduledAt,
         columns.scheduledAtInitially,
         columns.createdAt,
         columns.deliveries,
         columns.deadLetteredFrom,
+        _payload_bytes.label("payload_bytes"),
+        case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
+            "payload"
+        ),
     )
     .where(_in_queue, _is_due)
     .order_by(columns.scheduledAt)
@@ -210,6 +229,18 @@ claim_values_limited = (
 _claimed_ids = columns.id.in_(bindparam("ids", expanding=True))
 claim_update = update(queue_table).where(_claimed_ids).values(claim_values)
 claim_update_limited = update(queue_table).where(_claimed_ids).ordered_values(*claim_values_limited)
+
+# The payloads of the rows a poll took, by id, while its lock still holds them.
+claimed_payloads = select(columns.id, columns.payload).where(
+    _claimed_ids, columns.lockUuid == bindparam("lock_id")
+)
+# A driver holds a whole result while it turns it into Python bytes (PostgreSQL's text
+# protocol as hex, twice the payloads' size; MariaDB's client every row of it): a poll
+# reads payloads in results of about this many bytes (one larger payload alone), so a
+# big poll holds little more than its answer. One payload of the default largest size
+# fits, and so does a poll of 1000 messages of up to 262 bytes (in one statement on
+# PostgreSQL); a larger read made a 16 MiB answer cost 1.18x its size, not 1.10x.
+PAYLOAD_READ_BYTES = 256 * 1024
 
 # Dead-lettering what a poll held under its second lock id, one key at a time:
 # record it, then move it (key and payload kept) into the dead-letter queue as a
@@ -377,33 +408,89 @@ queues_stats = select(*_queue_stats_columns).group_by(columns.pKind).order_by(co
 
 @dataclass(frozen=True, slots=True)
 class ClaimedRow:
-    """A row taken by a poll, with `scheduledAt` as it was before the poll."""
+    """A row taken by a poll, with `scheduledAt` as it was before the poll.
 
+    `payload` is None until read (see read_payloads); `payload_bytes` is its length."""
+
+    id: int
     key: str
-    payload: bytes
+    payload: bytes | None
+    payload_bytes: int
     previous_scheduled_at: int
     scheduled_at_initially: int
     created_at: int
     previous_deliveries: int
     dead_lettered_from: str | None
 
+    def delivered(self, parameters: dict) -> bool:
+        """Whether the poll with `parameters` delivers this row (it is not one to dead-letter)."""
+        limit = parameters.get("max_deliveries")
+        return limit is None or self.previous_deliveries < limit
+
+    def answer_bytes(self, parameters: dict) -> int:
+        """What the row adds to the answer of the poll with `parameters`, at most: its
+        payload and the fields around it, or nothing when it is not delivered."""
+        return self.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES if self.delivered(parameters) else 0
+
+
+def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
+    """How many of the rows of `sizes` (answer bytes each, oldest first) a poll takes:
+    those whose answer up to and including them fits in `max_bytes`, and the first
+    delivered one always (with any not delivered before it, which count 0). The
+    PostgreSQL dialect says the same in SQL."""
+    running = 0
+    for taken, size in enumerate(sizes):
+        running += size
+        if running > max_bytes and running != size:
+            return taken
+    return len(sizes)
+
+
+def read_payloads(
+    connection: Connection, statement: Select, rows: Sequence[ClaimedRow], lock_id: str
+) -> dict[int, bytes]:
+    """The payloads of `rows` that `lock_id` still holds, by id, read by `statement` (ids
+    and a lock) in results of about PAYLOAD_READ_BYTES."""
+    payloads: dict[int, bytes] = {}
+    start = 0
+    while start < len(rows):
+        end, size = start + 1, rows[start].payload_bytes
+        while end < len(rows) and size + rows[end].payload_bytes <= PAYLOAD_READ_BYTES:
+            size += rows[end].payload_bytes
+            end += 1
+        ids = [row.id for row in rows[start:end]]
+        found = connection.execute(statement, {"ids": ids, "lock_id": lock_id})
+        payloads.update((row.id, row.payload) for row in found)
+        start = end
+    return payloads
+
 
 def claim_select_then_update(connection: Connection, parameters: dict) -> list[ClaimedRow]:
-    """Poll for databases without `UPDATE … RETURNING`: select, then update, in one transaction."""
-    rows = connection.execute(claim_candidates, parameters).all()
-    if not rows:
-        return []
-    update = claim_update_limited if "max_deliveries" in parameters else claim_update
-    connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
-    return [
+    """Poll for databases without `UPDATE … RETURNING`, in one transaction: select the
+    candidates, then update those whose answer fits. The select reads a candidate's
+    payload when it is small enough that all of them fit in one read's
+    PAYLOAD_READ_BYTES: every poll of small messages makes these two statements (as
+    before the bound), and one cut short reads little for nothing; the store reads
+    the other payloads after."""
+    inline = {"inline_payload_bytes": PAYLOAD_READ_BYTES // parameters["limit"]}
+    rows = [
         ClaimedRow(
+            id=row.id,
             key=row.pKey,
             payload=row.payload,
+            payload_bytes=row.payload_bytes,
             previous_scheduled_at=row.scheduledAt,
             scheduled_at_initially=row.scheduledAtInitially,
             created_at=row.createdAt,
             previous_deliveries=row.deliveries,
             dead_lettered_from=row.deadLetteredFrom,
         )
-        for row in rows
+        for row in connection.execute(claim_candidates, {**parameters, **inline})
     ]
+    sizes = [row.answer_bytes(parameters) for row in rows]
+    rows = rows[: answer_length(sizes, parameters["max_bytes"])]
+    if not rows:
+        return []
+    update = claim_update_limited if "max_deliveries" in parameters else claim_update
+    connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
+    return rows

@@ -34,9 +34,11 @@ from app.queue.models import (
     Offer,
     OfferOutcome,
     Outcome,
+    QueueFilter,
     QueueSettings,
     QueueStats,
     Redrive,
+    every_queue,
 )
 from app.storage import sql
 from app.storage.dialects import Dialect
@@ -56,6 +58,8 @@ _DEAD_LETTER_HOLD_MS = 30_000
 # Transient conflicts (deadlocks, serialization failures) and lost races on one key.
 _TRANSACTION_ATTEMPTS = 5
 _OFFER_RACE_ATTEMPTS = 100
+# A poll's bound in answer bytes when it has none (any sum of a poll's sizes is smaller).
+_UNBOUNDED = 2**62
 
 
 class Store(Protocol):
@@ -66,11 +70,17 @@ class Store(Protocol):
     runs_on_event_loop: bool
 
     def messages_offer(
-        self, queue: str, offer: Offer, now: int, *, can_create: bool = True
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
     ) -> OfferOutcome | None: ...
 
     def messages_offer_many(
-        self, queue: str, offers: Sequence[Offer], now: int
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
     ) -> list[Outcome]: ...
 
     def messages_get(self, queue: str, key: str) -> Message | None: ...
@@ -85,9 +95,13 @@ class Store(Protocol):
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim: ...
 
-    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive: ...
+    def messages_redrive(
+        self, queue: str, to: str | None, limit: int, now: int, may_use: QueueFilter = every_queue
+    ) -> Redrive: ...
 
     def queue_next_due(self, queue: str) -> int | None: ...
 
@@ -147,9 +161,17 @@ class SqlStore:
     # -- offers ---------------------------------------------------------------
 
     def messages_offer(
-        self, queue: str, offer: Offer, now: int, *, can_create: bool = True
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
     ) -> OfferOutcome | None:
-        """Create, update or ignore one message; None when `can_create` is off and it is missing."""
+        """Create, update or ignore one message; None when `can_create` is off and it is missing.
+
+        An update keeps a dead letter's origin only when `may_use` allows that queue."""
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
@@ -158,10 +180,12 @@ class SqlStore:
         ):
             return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
         return self._transaction(
-            lambda connection: self._offer(connection, queue, offer, now, can_create)
+            lambda connection: self._offer(connection, queue, offer, now, can_create, may_use)
         )
 
-    def messages_offer_many(self, queue: str, offers: Sequence[Offer], now: int) -> list[Outcome]:
+    def messages_offer_many(
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
         """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
 
         The first occurrence of each key goes in with multi-row INSERTs that skip
@@ -169,7 +193,7 @@ class SqlStore:
         that existed, those to update are read back in one SELECT per chunk: one
         whose payload and time are already stored is ignored, as a single offer
         would ignore it at the moment of that read. The rest take the one-by-one
-        path of a single offer.
+        path of a single offer (and its rule for a dead letter's origin, by `may_use`).
         """
         first_index: dict[str, int] = {}
         for index, offer in enumerate(offers):
@@ -209,7 +233,7 @@ class SqlStore:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
                 stored = self._transaction(
                     lambda connection, offer=offer: self._offer(
-                        connection, queue, offer, now, can_create=True
+                        connection, queue, offer, now, can_create=True, may_use=may_use
                     )
                 )
                 assert stored is not None  # can_create is on
@@ -267,7 +291,13 @@ class SqlStore:
         )
 
     def _offer(
-        self, connection: Connection, queue: str, offer: Offer, now: int, can_create: bool
+        self,
+        connection: Connection,
+        queue: str,
+        offer: Offer,
+        now: int,
+        can_create: bool,
+        may_use: QueueFilter,
     ) -> OfferOutcome | None:
         """The documented offer once the INSERT found the key taken: lock the row, compare-and-swap.
 
@@ -288,7 +318,7 @@ class SqlStore:
                         offer.scheduled_at,
                     ):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
-                    if self._swap(connection, key_parameters, current, offer, now):
+                    if self._swap(connection, key_parameters, current, offer, now, may_use):
                         return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
                     continue  # changed since we read it: read it again
             if not can_create:
@@ -298,9 +328,16 @@ class SqlStore:
         raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
 
     def _swap(
-        self, connection: Connection, key_parameters: dict, current: Any, offer: Offer, now: int
+        self,
+        connection: Connection,
+        key_parameters: dict,
+        current: Any,
+        offer: Offer,
+        now: int,
+        may_use: QueueFilter,
     ) -> bool:
         """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
+        origin = current.deadLetteredFrom
         return (
             connection.execute(
                 sql.offer_update,
@@ -308,6 +345,8 @@ class SqlStore:
                     **key_parameters,
                     "old_scheduled_at_initially": current.scheduledAtInitially,
                     "old_created_at": current.createdAt,
+                    "old_origin": origin,
+                    "new_origin": origin if origin is not None and may_use(origin) else None,
                     "new_payload": offer.payload,
                     "new_scheduled_at": offer.scheduled_at,
                     "now": now,
@@ -353,8 +392,12 @@ class SqlStore:
         lease_until: int,
         now: int,
         settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Claim:
-        """Lease up to `limit` due messages to `lock_id`, oldest due first.
+        """Lease up to `limit` due messages to `lock_id`, oldest due first, while their
+        payloads with POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first
+        always; None: no bound). Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see sql.claim_values).
@@ -366,6 +409,7 @@ class SqlStore:
             "limit": limit,
             "lock_id": lock_id,
             "lease_until": lease_until,
+            "max_bytes": _UNBOUNDED if max_bytes is None else max_bytes,
         }
         if max_deliveries is not None:  # the statement that checks the limit
             parameters["max_deliveries"] = max_deliveries
@@ -373,7 +417,8 @@ class SqlStore:
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
-        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.key))
+        claimed = self._with_payloads(claimed, parameters)
+        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
             Delivery(
                 message=Message(
@@ -390,7 +435,7 @@ class SqlStore:
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
-            if max_deliveries is None or row.previous_deliveries < max_deliveries
+            if row.delivered(parameters)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):
@@ -401,6 +446,27 @@ class SqlStore:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
         return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
+
+    def _with_payloads(
+        self, claimed: list[sql.ClaimedRow], parameters: dict
+    ) -> list[sql.ClaimedRow]:
+        """`claimed` with the payloads the claim left out read, after it committed: the
+        rows it left out of the answer are then free again for other polls. A message
+        updated or deleted in between is no longer the lock's, and is left out."""
+        missing = [row for row in claimed if row.payload is None and row.delivered(parameters)]
+        if not missing:
+            return claimed
+        payloads = self._read(
+            lambda connection: sql.read_payloads(
+                connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
+            )
+        )
+        read = {row.id for row in missing}
+        return [
+            dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
+            for row in claimed
+            if row.id not in read or row.id in payloads
+        ]
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
@@ -447,11 +513,20 @@ class SqlStore:
 
         return self._transaction_over_keys(move, f"dead-lettering in {queue!r}")
 
-    def messages_redrive(self, queue: str, to: str | None, limit: int, now: int) -> Redrive:
+    def messages_redrive(
+        self,
+        queue: str,
+        to: str | None,
+        limit: int,
+        now: int,
+        may_use: QueueFilter = every_queue,
+    ) -> Redrive:
         """Move up to `limit` messages of a dead-letter queue back, as new messages due now:
         to `to`, or each to the queue it came from. A message whose key the target holds,
-        or that came from no queue, stays."""
-        moved = skipped = 0
+        or that came from no queue, stays (skipped); so does one whose target `may_use`
+        refuses (forbidden). Each target is judged on the rows as locked for the move, so a
+        dead letter cannot change its way back between the check and the move."""
+        moved = skipped = forbidden = 0
         after = 0
         while moved < limit:
             chunk = min(_REDRIVE_CHUNK, limit - moved)
@@ -464,33 +539,36 @@ class SqlStore:
                 by_target: dict[str | None, list[str]] = {}
                 for row in rows:
                     by_target.setdefault(to or row.deadLetteredFrom, []).append(row.pKey)
-                moved = skipped = 0
+                moved = skipped = forbidden = 0
                 for target, keys in by_target.items():
-                    taken = set()
-                    if target is not None:
-                        taken = set(
-                            connection.execute(
-                                self.dialect.existing_keys, {"queue": target, "keys": keys}
-                            ).scalars()
-                        )
+                    if target is None:
+                        skipped += len(keys)
+                        continue
+                    if not may_use(target):
+                        forbidden += len(keys)
+                        continue
+                    taken = set(
+                        connection.execute(
+                            self.dialect.existing_keys, {"queue": target, "keys": keys}
+                        ).scalars()
+                    )
+                    skipped += len(taken)
                     for key in keys:
-                        if target is None or key in taken:
-                            skipped += 1
-                            continue
-                        moved += connection.execute(
-                            sql.redrive_move,
-                            {"queue": queue, "key": key, "target": target, "now": now},
-                        ).rowcount
-                return len(rows), (rows[-1].id if rows else after), moved, skipped
+                        if key not in taken:
+                            moved += connection.execute(
+                                sql.redrive_move,
+                                {"queue": queue, "key": key, "target": target, "now": now},
+                            ).rowcount
+                last = rows[-1].id if rows else after
+                return Redrive(moved, skipped, forbidden), len(rows), last
 
-            examined, after, chunk_moved, chunk_skipped = self._transaction_over_keys(
-                redrive, f"redriving {queue!r}"
-            )
-            moved += chunk_moved
-            skipped += chunk_skipped
+            done, examined, after = self._transaction_over_keys(redrive, f"redriving {queue!r}")
+            moved += done.moved
+            skipped += done.skipped
+            forbidden += done.forbidden
             if examined < chunk:
                 break
-        return Redrive(moved, skipped)
+        return Redrive(moved, skipped, forbidden)
 
     def queue_next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""

@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-from app.migrations.table_options import MARIADB_TABLE_OPTIONS
+from app.storage.table_options import MARIADB_TABLE_OPTIONS
 
 metadata = MetaData()
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from app.migrations.table_options import MARIADB_TABLE_OPTIONS
 from sqlalchemy.dialects import mysql
+
+from app.storage.table_options import MARIADB_TABLE_OPTIONS
 
 revision: str = "0003"
 down_revision: str | None = "0002"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from app.migrations.table_options import MARIADB_TABLE_OPTIONS
+
+from app.storage.table_options import MARIADB_TABLE_OPTIONS
 
 revision: str = "0004"
 down_revision: str | None = "0003"

@@ -82,25 +82,3 @@ def test_tokens_are_never_logged(client, caplog):
 def test_an_empty_token_in_the_setting_is_refused():
     with pytest.raises(ValueError):
         create_app(Settings(database_url="sqlite://", api_tokens="=reports-*"))
-
-
-def test_a_token_cannot_send_dead_letters_or_a_redrive_outside_its_queues(client):
-    reports = _bearer(REPORTS)
-    settings = "/v1/queues/reports-daily/settings"
-    outside = client.put(settings, json={"dead_letter_queue": "billing"}, headers=reports)
-    assert outside.status_code == 403
-    assert client.get(settings, headers=reports).json()["dead_letter_queue"] == "reports-daily.dead"
-    inside = client.put(settings, json={"dead_letter_queue": "reports-failed"}, headers=reports)
-    assert inside.status_code == 200
-    redrive = "/v1/queues/reports-failed/redrive"
-    assert client.post(redrive, json={"to": "billing"}, headers=reports).status_code == 403
-    assert client.post(redrive, json={"to": "reports-x"}, headers=reports).status_code == 200
-
-
-def test_a_token_cannot_set_a_limit_whose_default_dead_letter_queue_it_may_not_use(client):
-    orders = _bearer(ORDERS)
-    limit = client.put("/v1/queues/orders/settings", json={"max_deliveries": 1}, headers=orders)
-    assert limit.status_code == 403  # orders.dead is outside "orders"
-    assert "orders.dead" in limit.json()["detail"]
-    lease = client.put("/v1/queues/orders/settings", json={"default_lease": 60}, headers=orders)
-    assert lease.status_code == 200

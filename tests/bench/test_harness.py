@@ -1,4 +1,4 @@
-"""bench/run.py --quick runs against a real service and writes the JSON the issue asks for.
+"""`python -m bench.run --quick` runs against a real service and writes the JSON the issue asks for.
 
 Peers are left out (they are the [bench] extra's); the figures are not checked,
 only that every workload ran and reported.
@@ -18,10 +18,10 @@ from tests.conftest import scratch_database
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(script: str, *arguments: str) -> str:
-    """Run bench/`script` --quick; what it printed."""
+def _bench(module: str, *arguments: str) -> str:
+    """Run `python -m bench.<module> --quick` from the repository's root; what it printed."""
     finished = subprocess.run(
-        [sys.executable, f"bench/{script}", "--quick", *arguments],
+        [sys.executable, "-m", f"bench.{module}", "--quick", *arguments],
         check=False,
         cwd=ROOT,
         capture_output=True,
@@ -39,7 +39,7 @@ def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
     recorded = results.read_text()
     with scratch_database("postgresql", "bench") as url:
         plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
-        _bench("run.py", "--peers", "", "--json", str(output), "--database-url", plain_url)
+        _bench("run", "--peers", "", "--json", str(output), "--database-url", plain_url)
     workloads = json.loads(output.read_text())["workloads"]
     names = [workload["name"] for workload in workloads]
     for expected in (
@@ -64,7 +64,7 @@ def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
 @pytest.mark.server_databases
 def test_the_mariadb_benchmark_runs_every_workload_against_its_ceiling():
     with scratch_database("mariadb", "bench") as url:
-        printed = _bench("mariadb.py", "--database-url", url)
+        printed = _bench("mariadb", "--database-url", url)
     rows = [line for line in printed.splitlines() if line.startswith("| ") and "---" not in line]
     names = [row.split(" | ")[0].lstrip("| ") for row in rows[1:]]
     assert names == [

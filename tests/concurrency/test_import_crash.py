@@ -63,7 +63,9 @@ def _stored(url: str) -> tuple[int, int]:
         engine.dispose()
 
 
-def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(postgresql_url, tmp_path):
+def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(
+    postgresql_url, tmp_path, java
+):
     truncate_all(postgresql_url)
     path = str(tmp_path / "bulk.parquet")
     pq.write_table(

@@ -232,7 +232,7 @@ def test_redrive_moves_dead_letters_back_where_they_came_from(client, clock):
     configure(client, "other", max_deliveries=1, dead_letter_queue="q.dead")
     response = client.post("/v1/queues/q.dead/redrive", json={})
     assert response.status_code == 200
-    assert response.json() == {"moved": 2, "skipped": 0}
+    assert response.json() == {"moved": 2, "skipped": 0, "forbidden": 0}
     assert client.get("/v1/queues/q.dead").json()["messages"] == 0
     polled = poll(client, "q", max=10)
     assert keys_of(polled) == ["a", "b"]
@@ -249,7 +249,7 @@ def test_redrive_moves_dead_letters_back_where_they_came_from(client, clock):
 def test_redrive_to_another_queue_and_at_most_max(client, clock):
     _dead_letters(client, clock, "a", "b", "c")
     response = client.post("/v1/queues/q.dead/redrive", json={"to": "retry", "max": 2})
-    assert response.json() == {"moved": 2, "skipped": 0}
+    assert response.json() == {"moved": 2, "skipped": 0, "forbidden": 0}
     assert keys_of(poll(client, "retry", max=10)) == ["a", "b"]
     assert client.get("/v1/queues/q.dead").json()["messages"] == 1
 
@@ -263,11 +263,13 @@ def test_redrive_leaves_what_it_cannot_move(client, clock):
     assert client.post("/v1/queues/q.dead/redrive", json={}).json() == {
         "moved": 2,  # b, held
         "skipped": 1,  # orphan: from no queue (a is held, so not even looked at)
+        "forbidden": 0,
     }
     clock.advance(LEASE)  # the held lease runs out
     assert client.post("/v1/queues/q.dead/redrive", json={}).json() == {
         "moved": 0,
         "skipped": 2,  # a: taken in q; orphan
+        "forbidden": 0,
     }
     assert client.get("/v1/queues/q/messages/a").json()["payload"] == "offered again"
 

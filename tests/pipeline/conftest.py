@@ -11,7 +11,7 @@ from app.pipeline.spark import spark_session
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(java: None) -> Iterator[SparkSession]:
     session = spark_session("hourglass tests", master="local[2]")
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session

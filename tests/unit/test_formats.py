@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from app.api.schemas import format_timestamp, to_epoch_ms
 from app.config import Settings, normalize_database_url
-from app.queue.errors import InvalidPayload, PayloadTooLarge
-from app.queue.payloads import decode_payload, encode_payload
+from app.queue.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
+from app.queue.payloads import MAX_PAYLOAD_DEPTH, encode_payload, nesting_depth
 from app.storage.dialects import for_engine_url
 
 
@@ -41,7 +42,7 @@ def test_payloads_encode_compactly_and_round_trip():
     value = {"b": [1, 2.5, None, True], "a": "é ☃"}
     encoded = encode_payload(value, 1000)
     assert encoded == '{"b":[1,2.5,null,true],"a":"é ☃"}'.encode()
-    assert decode_payload(encoded) == value
+    assert json.loads(encoded) == value
 
 
 def test_payload_limit_counts_encoded_bytes():
@@ -53,6 +54,43 @@ def test_payload_limit_counts_encoded_bytes():
 def test_nan_is_not_a_payload():
     with pytest.raises(InvalidPayload):
         encode_payload(float("nan"), 100)
+
+
+def _nested(depth: int, innermost: object = 7) -> object:
+    value = innermost
+    for level in range(depth):
+        value = [value] if level % 2 else {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [
+        (7, 0),
+        ("[[not nested]]", 0),
+        ([], 1),
+        ({}, 1),
+        ([1, "x", None], 1),
+        ({"a": [1], "b": 2}, 2),
+        ([[], [[[]]], {"a": {}}], 4),  # the deepest branch counts, wherever it is
+        ((1, (2,)), 2),  # tuples encode as arrays
+        (_nested(50), 50),
+    ],
+)
+def test_nesting_depth_counts_arrays_and_objects(value, depth):
+    assert nesting_depth(value, limit=100) == depth
+
+
+def test_nesting_depth_stops_counting_past_the_limit():
+    assert nesting_depth(_nested(1000), limit=10) == 11
+
+
+def test_a_payload_nests_at_most_the_limit():
+    deepest = _nested(MAX_PAYLOAD_DEPTH)
+    assert json.loads(encode_payload(deepest, 1 << 20)) == deepest
+    for depth in (MAX_PAYLOAD_DEPTH + 1, 254, 100_000):  # the last past the encoder's recursion
+        with pytest.raises(PayloadTooDeep, match=f"more than {MAX_PAYLOAD_DEPTH} levels"):
+            encode_payload(_nested(depth), 1 << 30)
 
 
 @pytest.mark.parametrize(

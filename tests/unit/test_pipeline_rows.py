@@ -5,12 +5,17 @@ from __future__ import annotations
 import pytest
 
 from app.pipeline.rows import Reason, check_row
+from app.queue.payloads import MAX_PAYLOAD_DEPTH
 
 NOW = 1_795_683_600_000
 
 
 def check(queue="q", key="k", payload="1", scheduled_at="2026-11-27T09:00:00Z", limit=100):
     return check_row(queue, key, payload, scheduled_at, now_ms=NOW, max_payload_bytes=limit)
+
+
+def nested(depth: int) -> str:
+    return '{"a":[' * (depth // 2) + "7" + "]}" * (depth // 2)
 
 
 def test_a_valid_row_is_stored_as_the_api_would_store_it():
@@ -41,6 +46,11 @@ def test_no_time_means_now():
         ({"payload": "NaN"}, Reason.INVALID_PAYLOAD),
         ({"payload": '{"a": Infinity}'}, Reason.INVALID_PAYLOAD),
         ({"payload": '"' + "x" * 200 + '"'}, Reason.PAYLOAD_TOO_LARGE),
+        # Past the API's nesting limit; past pydantic's (which the API once let through,
+        # then could not read back); past what Python's parser can build at all.
+        ({"payload": nested(MAX_PAYLOAD_DEPTH + 2)}, Reason.PAYLOAD_TOO_DEEP),
+        ({"payload": nested(256)}, Reason.PAYLOAD_TOO_DEEP),
+        ({"payload": nested(200_000)}, Reason.PAYLOAD_TOO_DEEP),
         ({"scheduled_at": "tomorrow"}, Reason.INVALID_SCHEDULED_AT),
         ({"scheduled_at": "2026-11-27T09:00:00"}, Reason.INVALID_SCHEDULED_AT),  # no zone
         ({"scheduled_at": "2026-02-30T09:00:00Z"}, Reason.INVALID_SCHEDULED_AT),
@@ -49,6 +59,24 @@ def test_no_time_means_now():
 )
 def test_rows_the_api_would_refuse_are_refused_with_a_reason(fields, reason):
     assert check(**fields).reason == reason
+
+
+def test_a_payload_at_the_nesting_limit_is_taken():
+    checked = check(payload=nested(MAX_PAYLOAD_DEPTH), limit=1000)
+    assert (checked.reason, checked.payload) == (None, nested(MAX_PAYLOAD_DEPTH).encode())
+
+
+def test_a_json_line_too_deep_to_parse_is_rejected_as_a_payload_too_deep():
+    from app.pipeline.transforms import FIELDS, _line_fields
+
+    line = '{"key": "k", "payload": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    fields = _line_fields(line, {name: name for name in FIELDS}, "q")
+    assert (fields["input_error"], fields["payload"]) == (Reason.PAYLOAD_TOO_DEEP, line)
+    # Shallow enough to parse, the line's payload is checked like any other.
+    line = '{"key": "k", "payload": ' + nested(MAX_PAYLOAD_DEPTH + 2) + "}"
+    fields = _line_fields(line, {name: name for name in FIELDS}, "q")
+    assert fields["input_error"] is None
+    assert check(payload=fields["payload"]).reason == Reason.PAYLOAD_TOO_DEEP
 
 
 def test_a_key_may_hold_slashes_and_any_printable_character():

@@ -1,15 +1,36 @@
-"""The hand-rendered poll answer decodes to exactly what the PollResponse model gives."""
+"""The hand-rendered answers decode to exactly what their models give."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
-from app.api.rendering import batch_response, poll_body
-from app.api.routes.messages import message_fields
-from app.api.schemas import BatchResponse, BatchResult, DeliveredMessage, DeliveryKind, PollResponse
-from app.queue.models import Delivery, Lease, Message, Outcome, State
+from app.api.rendering import (
+    batch_response,
+    message_response,
+    poll_body,
+    poll_response,
+    with_payload,
+)
+from app.api.schemas import (
+    BatchResponse,
+    BatchResult,
+    CronEntryResponse,
+    DeliveredMessage,
+    DeliveryKind,
+    MessageResponse,
+    PollResponse,
+)
+from app.queue.models import (
+    POLL_MESSAGE_ENVELOPE_BYTES,
+    Delivery,
+    Lease,
+    Message,
+    Outcome,
+    State,
+)
 from app.queue.payloads import encode_payload
 
 PAYLOADS = [
@@ -49,6 +70,21 @@ def _lease(redelivery: bool) -> Lease:
     )
 
 
+def _fields(message: Message, state: State) -> dict:
+    """A message's fields as MessageResponse takes them."""
+    return {
+        "queue": message.queue,
+        "key": message.key,
+        "payload": json.loads(message.payload),
+        "scheduled_at": message.scheduled_at,
+        "scheduled_at_initially": message.scheduled_at_initially,
+        "created_at": message.created_at,
+        "state": state,
+        "deliveries": message.deliveries,
+        "dead_lettered_from": message.dead_lettered_from,
+    }
+
+
 def _through_the_model(lease: Lease | None) -> dict:
     if lease is None:
         return PollResponse(lock_id=None, messages=[]).model_dump(mode="json")
@@ -56,7 +92,7 @@ def _through_the_model(lease: Lease | None) -> dict:
         lock_id=lease.lock_id,
         messages=[
             DeliveredMessage(
-                **message_fields(delivery.message, State.LEASED),
+                **_fields(delivery.message, State.LEASED),
                 delivery=DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST,
                 lease_expires_at=lease.expires_at,
             )
@@ -76,6 +112,38 @@ def test_the_rendered_poll_answer_equals_the_models(lease):
         assert list(json.loads(body)["messages"][0]) == list(
             _through_the_model(lease)["messages"][0]
         )
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_a_rendered_message_equals_the_model(state):
+    for delivery in _lease(False).deliveries:
+        body = message_response(delivery.message, state).body
+        model = MessageResponse(**_fields(delivery.message, state)).model_dump(mode="json")
+        assert json.loads(body) == model
+        assert list(json.loads(body)) == list(model)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_model_with_a_stored_payload_equals_the_model(payload):
+    fields = {
+        "queue": "q",
+        "name": 'nightly/"report"',
+        "cron": None,
+        "every": 60.0,
+        "daily": None,
+        "timezone": "UTC",
+        "lookahead": None,
+        "config_hash": "0123456789abcdef",
+        "created_at": 0,
+        "updated_at": 1,
+        "next_runs": [60_000, 120_000],
+    }
+    rendered = with_payload(
+        CronEntryResponse(**fields, payload=None), encode_payload(payload, 1 << 20)
+    )
+    assert json.loads(rendered) == CronEntryResponse(**fields, payload=payload).model_dump(
+        mode="json"
+    )
 
 
 def test_the_rendered_batch_answer_equals_the_models():
@@ -100,3 +168,54 @@ def test_the_rendered_batch_answer_equals_the_models():
     ).model_dump(mode="json")
     assert rendered == model
     assert list(rendered) == list(model)
+
+
+def _widest_lease(payloads: list[bytes]) -> Lease:
+    """Messages whose fields around the payload are as wide as the API allows: the
+    longest queue names and key, in characters of 4 bytes, deliveries past 2**31."""
+    key = "\U0001f600" * 199 + '"'
+    queue = "q" * 100
+    return Lease(
+        lock_id="6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab",
+        expires_at=253_402_300_799_999,
+        deliveries=tuple(
+            Delivery(
+                Message(
+                    queue=queue,
+                    key=key,
+                    payload=payload,
+                    scheduled_at=253_402_300_799_999,
+                    scheduled_at_initially=-62_135_596_800_000,
+                    created_at=-62_135_596_800_000,
+                    locked=True,
+                    deliveries=2**63 - 1,
+                    dead_lettered_from="d" * 100,
+                ),
+                redelivery=True,
+            )
+            for payload in payloads
+        ),
+    )
+
+
+@pytest.mark.parametrize("count", [1, 2, 1000])
+def test_a_poll_answer_is_within_its_payloads_and_an_envelope_per_message(count):
+    # The store cuts a poll by this count (sql.ClaimedRow.answer_bytes) before any
+    # payload is read: the rendered answer must never be larger.
+    payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
+    body = poll_body(_widest_lease(payloads))
+    assert len(body) <= sum(map(len, payloads)) + count * POLL_MESSAGE_ENVELOPE_BYTES
+
+
+async def _streamed(lease: Lease) -> bytes:
+    response = poll_response(lease)
+    return b"".join([chunk async for chunk in response.body_iterator])
+
+
+def test_a_large_poll_answer_is_streamed_as_the_same_bytes():
+    lease = _widest_lease([b'"' + bytes([97 + index]) * 100_000 + b'"' for index in range(5)])
+    response = poll_response(lease)
+    assert response.headers["content-length"] == str(len(poll_body(lease)))
+    assert asyncio.run(_streamed(lease)) == poll_body(lease)
+    small = _lease(False)
+    assert poll_response(small).body == poll_body(small)  # one write: not streamed

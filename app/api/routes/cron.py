@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 
 from app.api.openapi import problem_responses
+from app.api.rendering import json_response, with_payload
 from app.api.schemas import (
     RFC3339_PATTERN,
     CronEntryResponse,
@@ -21,7 +22,6 @@ from app.api.schemas import (
 from app.cron.models import InstallOutcome
 from app.cron.schedule import InvalidSchedule
 from app.cron.service import CronService, CronSpec, CronView
-from app.queue.payloads import decode_payload
 
 router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
 
@@ -30,27 +30,35 @@ def _cron(request: Request) -> CronService:
     return request.app.state.cron
 
 
-def _fields(view: CronView) -> dict:
+def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
+    """An entry as JSON, its stored payload shown as it is (app/api/rendering.py says why)."""
     entry, schedule = view.entry, view.schedule
-    return {
+    fields = {
         "queue": entry.queue,
         "name": entry.name,
         "cron": schedule.cron,
         "every": schedule.every,
         "daily": sorted(set(schedule.daily)) if schedule.daily is not None else None,
         "timezone": schedule.timezone,
-        "payload": decode_payload(entry.payload),
+        "payload": None,  # the stored bytes take its place
         "lookahead": None if entry.lookahead_ms is None else entry.lookahead_ms / 1000,
         "config_hash": entry.config_hash,
         "created_at": entry.created_at,
         "updated_at": entry.updated_at,
         "next_runs": view.next_runs,
     }
+    answer = (
+        CronEntryResponse(**fields)
+        if outcome is None
+        else CronInstallResponse(**fields, outcome=outcome)
+    )
+    return with_payload(answer, entry.payload)
 
 
 @router.put(
     "/{name:path}",
     status_code=status.HTTP_201_CREATED,
+    response_model=CronInstallResponse,
     summary="Install a recurring schedule; its runs become ordinary messages of the queue",
     responses={
         200: {"model": CronInstallResponse, "description": "Changed, or unchanged"},
@@ -58,29 +66,32 @@ def _fields(view: CronView) -> dict:
     },
 )
 async def install(
-    queue: QueueName, name: CronName, body: CronInstallRequest, request: Request, response: Response
-) -> CronInstallResponse:
+    queue: QueueName, name: CronName, body: CronInstallRequest, request: Request
+) -> Response:
     spec = CronSpec(
         schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead
     )
     outcome, view = await _cron(request).install(queue, name, spec)
-    if outcome is not InstallOutcome.CREATED:
-        response.status_code = status.HTTP_200_OK
-    return CronInstallResponse(**_fields(view), outcome=outcome)
+    return json_response(
+        _answer(view, outcome),
+        status.HTTP_201_CREATED if outcome is InstallOutcome.CREATED else status.HTTP_200_OK,
+    )
 
 
 @router.get(
     "",
+    response_model=CronListResponse,
     summary="The queue's cron entries, each with its next 5 runs",
     responses=problem_responses(422, 503),
 )
-async def list_entries(queue: QueueName, request: Request) -> CronListResponse:
+async def list_entries(queue: QueueName, request: Request) -> Response:
     views = await _cron(request).list_entries(queue)
-    return CronListResponse(entries=[CronEntryResponse(**_fields(view)) for view in views])
+    return json_response(b'{"entries":[' + b",".join(map(_answer, views)) + b"]}")
 
 
 @router.get(
     "/{name:path}",
+    response_model=CronEntryResponse,
     summary="One cron entry, with its next `count` runs after `after`",
     responses=problem_responses(404, 422, 503),
 )
@@ -93,7 +104,7 @@ async def get_entry(
         Query(pattern=RFC3339_PATTERN, description="RFC 3339 instant; default: now"),
     ] = None,
     count: Annotated[int, Query(ge=1, le=100, description="How many runs to show")] = 5,
-) -> CronEntryResponse:
+) -> Response:
     start = None
     if after is not None:
         try:
@@ -104,7 +115,7 @@ async def get_entry(
         view = await _cron(request).get(queue, name, after=start, count=count)
     except InvalidSchedule as error:  # an `after` no run can follow
         raise _invalid_query("after", str(error)) from error
-    return CronEntryResponse(**_fields(view))
+    return json_response(_answer(view))
 
 
 @router.delete(

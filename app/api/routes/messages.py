@@ -6,9 +6,9 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import Service
+from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
-from app.api.rendering import batch_response
+from app.api.rendering import batch_response, message_response
 from app.api.schemas import (
     BatchRequest,
     BatchResponse,
@@ -19,8 +19,7 @@ from app.api.schemas import (
     QueueName,
     UpdateMessage,
 )
-from app.queue.models import Message, OfferRequest, OfferResult, Outcome, State
-from app.queue.payloads import decode_payload
+from app.queue.models import OfferRequest, OfferResult, Outcome
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
@@ -33,21 +32,6 @@ def _offer_response(result: OfferResult) -> OfferResponse:
     )
 
 
-def message_fields(message: Message, state: State) -> dict:
-    """The fields every rendering of a message shares."""
-    return {
-        "queue": message.queue,
-        "key": message.key,
-        "payload": decode_payload(message.payload),
-        "scheduled_at": message.scheduled_at,
-        "scheduled_at_initially": message.scheduled_at_initially,
-        "created_at": message.created_at,
-        "state": state,
-        "deliveries": message.deliveries,
-        "dead_lettered_from": message.dead_lettered_from,
-    }
-
-
 @router.put(
     "/messages/{key:path}",
     status_code=status.HTTP_201_CREATED,
@@ -55,11 +39,17 @@ def message_fields(message: Message, state: State) -> dict:
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
 )
 async def put_message(
-    queue: QueueName, key: MessageKey, body: PutMessage, response: Response, service: Service
+    queue: QueueName,
+    key: MessageKey,
+    body: PutMessage,
+    response: Response,
+    service: Service,
+    allowed: AllowedQueues,
 ) -> OfferResponse:
     result = await service.offer(
         queue,
         OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists),
+        allowed,
     )
     if result.outcome is not Outcome.CREATED:
         response.status_code = status.HTTP_200_OK
@@ -72,10 +62,10 @@ async def put_message(
     responses=problem_responses(404, 413, 422, 503),
 )
 async def update_message(
-    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service
+    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service, allowed: AllowedQueues
 ) -> OfferResponse:
     result = await service.update(
-        queue, OfferRequest(key=key, payload=body.payload, when=body.when())
+        queue, OfferRequest(key=key, payload=body.payload, when=body.when()), allowed
     )
     return _offer_response(result)
 
@@ -96,12 +86,13 @@ async def create_message(
 
 @router.get(
     "/messages/{key:path}",
+    response_model=MessageResponse,
     summary="Read a message",
     responses=problem_responses(404, 422, 503),
 )
-async def get_message(queue: QueueName, key: MessageKey, service: Service) -> MessageResponse:
+async def get_message(queue: QueueName, key: MessageKey, service: Service) -> Response:
     message = await service.get(queue, key)
-    return MessageResponse(**message_fields(message, service.state_of(message)))
+    return message_response(message, service.state_of(message))
 
 
 @router.delete(
@@ -121,7 +112,9 @@ async def delete_message(queue: QueueName, key: MessageKey, service: Service) ->
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
 )
-async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) -> Response:
+async def offer_batch(
+    queue: QueueName, body: BatchRequest, service: Service, allowed: AllowedQueues
+) -> Response:
     requests = [
         OfferRequest(
             key=item.key,
@@ -131,5 +124,5 @@ async def offer_batch(queue: QueueName, body: BatchRequest, service: Service) ->
         )
         for item in body.messages
     ]
-    outcomes = await service.offer_many(queue, requests)
+    outcomes = await service.offer_many(queue, requests, allowed)
     return batch_response([request.key for request in requests], outcomes)

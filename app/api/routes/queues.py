@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
-from app.api.auth import queue_glob
-from app.api.deps import Service
+from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
 from app.api.schemas import (
     PurgeResponse,
@@ -20,7 +18,6 @@ from app.api.schemas import (
     RedriveRequest,
     RedriveResponse,
 )
-from app.queue.errors import QueueForbidden
 from app.queue.models import QueueSettings, QueueStats
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
@@ -33,13 +30,11 @@ def _stats_response(stats: QueueStats) -> QueueStatsResponse:
 @router.get(
     "", summary="Every queue that holds messages, with its stats", responses=problem_responses(503)
 )
-async def list_queues(service: Service, request: Request) -> QueueListResponse:
-    glob = queue_glob(request.scope)  # a token limited to some queues sees only those
+async def list_queues(service: Service, allowed: AllowedQueues) -> QueueListResponse:
+    # A token limited to some queues sees only those.
     return QueueListResponse(
         queues=[
-            _stats_response(stats)
-            for stats in await service.list_queues()
-            if glob is None or fnmatchcase(stats.queue, glob)
+            _stats_response(stats) for stats in await service.list_queues() if allowed(stats.queue)
         ]
     )
 
@@ -76,13 +71,6 @@ def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueS
     )
 
 
-def _check_allowed(request: Request, queue: str | None) -> None:
-    """A token limited to some queues may not send messages to a queue outside them."""
-    glob = queue_glob(request.scope)
-    if queue is not None and glob is not None and not fnmatchcase(queue, glob):
-        raise QueueForbidden(f"this token may not use queue {queue!r}")
-
-
 @router.get(
     "/{queue}/settings",
     summary="A queue's settings, defaults filled in",
@@ -96,25 +84,19 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
     "/{queue}/settings",
     summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue",
     description="A field left out goes back to its default. Other replicas apply a change "
-    "within 5 seconds.",
+    "within 5 seconds. A token limited to some queues gets `403` when the queue dead letters "
+    "would go to (named, or the default `{queue}.dead`) is outside them.",
     responses=problem_responses(403, 422, 503),
 )
 async def put_settings(
-    queue: QueueName, body: QueueSettingsRequest, service: Service, request: Request
+    queue: QueueName, body: QueueSettingsRequest, service: Service, allowed: AllowedQueues
 ) -> QueueSettingsResponse:
-    if body.max_deliveries is not None or body.dead_letter_queue is not None:
-        # Where this queue's dead letters would go, named or by default.
-        _check_allowed(
-            request,
-            QueueSettings(
-                queue, dead_letter_queue=body.dead_letter_queue
-            ).effective_dead_letter_queue,
-        )
     settings = await service.put_settings(
         queue,
         default_lease_seconds=body.default_lease,
         max_deliveries=body.max_deliveries,
         dead_letter_queue=body.dead_letter_queue,
+        may_use=allowed,
     )
     return _settings_response(settings, service.default_lease_ms)
 
@@ -123,12 +105,13 @@ async def put_settings(
     "/{queue}/redrive",
     summary="Move a dead-letter queue's messages back, due now",
     description="To `to`, or each to the queue it was dead-lettered from, oldest first; "
-    "messages a worker holds stay, and so do those whose key the target queue holds.",
+    "messages a worker holds stay, and so do those whose key the target queue holds "
+    "(`skipped`) and, for a token limited to some queues, those whose queue of origin is "
+    "outside them (`forbidden`). A `to` outside them is `403`.",
     responses=problem_responses(403, 422, 503),
 )
 async def redrive(
-    queue: QueueName, body: RedriveRequest, service: Service, request: Request
+    queue: QueueName, body: RedriveRequest, service: Service, allowed: AllowedQueues
 ) -> RedriveResponse:
-    _check_allowed(request, body.to)
-    result = await service.redrive(queue, body.to, body.max or 2**63 - 1)
-    return RedriveResponse(moved=result.moved, skipped=result.skipped)
+    result = await service.redrive(queue, body.to, body.max or 2**63 - 1, allowed)
+    return RedriveResponse(moved=result.moved, skipped=result.skipped, forbidden=result.forbidden)

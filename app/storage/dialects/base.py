@@ -28,6 +28,8 @@ class Dialect:
     # Batch offer: key, payload "digest" (see payload_digest) and first time asked
     # for, of the keys that exist.
     stored_offers: Select = sql.stored_offers
+    # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
+    claimed_payloads: Select = sql.claimed_payloads
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
     # Whether the driver has an asyncio API, so the service can do I/O on its event
@@ -65,7 +67,9 @@ class Dialect:
         return connection.execute(insert_one, rows).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
-        """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`."""
+        """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
+        their answer fits in `max_bytes` (sql.answer_length); each with its payload, or
+        None where it was too large to read here (see claimed_payloads)."""
         return sql.claim_select_then_update(connection, parameters)
 
     def recorded_delete(self, removal: sql.Removal) -> Insert | None:

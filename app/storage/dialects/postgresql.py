@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
+    case,
     delete,
     event,
     func,
@@ -27,8 +28,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Insert, Update
 
+from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 from app.storage.tables import delayed_queue as queue_table
@@ -36,37 +38,64 @@ from app.storage.tables import delivery_history
 
 # The message columns a removal records in the history (sql.history_values).
 
-# One round trip: lock the due rows (skipping those other polls hold), lease them,
-# and return each row with its scheduledAt from *before* the lease, which tells a
-# redelivery from a first delivery per message.
-_picked = (
-    sql.claim_candidates.with_only_columns(
+
+# One round trip: lock the due rows (skipping those other polls hold), keep those whose
+# answer fits (sql.answer_length, as running sums oldest first), lease them, and
+# return each row with its scheduledAt from *before* the lease, which tells a
+# redelivery from a first delivery per message. Rows past the answer's bound are
+# locked only while the statement runs: never leased, nor counted. A payload comes
+# back inline while the payloads up to it fit in sql.PAYLOAD_READ_BYTES (every poll
+# of small messages); the store reads the rest after it (sql.read_payloads).
+def _claim(limited: bool, many: bool) -> Update:
+    locked = sql.claim_candidates.with_only_columns(
         sql.columns.id,
         sql.columns.scheduledAt.label("previous_scheduled_at"),
         sql.columns.deliveries.label("previous_deliveries"),
+        func.length(sql.columns.payload).label("payload_bytes"),
+    ).subquery("locked")
+    picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
+    # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
+    if many:
+        # sql.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
+        size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
+        if limited:
+            size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
+        # In the order the rows were locked, each row's sums up to and including itself
+        # (ROWS: rows due in the same millisecond are not added up together).
+        oldest_first = {"order_by": locked.c.previous_scheduled_at, "rows": (None, 0)}
+        picked = select(
+            *locked.c,
+            size.label("size"),
+            func.sum(size).over(**oldest_first).label("answer_bytes"),
+            func.sum(locked.c.payload_bytes).over(**oldest_first).label("payloads_bytes"),
+        ).subquery("picked")
+        payloads_bytes = picked.c.payloads_bytes
+        conditions.append(
+            (picked.c.answer_bytes <= bindparam("max_bytes", type_=BigInteger))
+            | (picked.c.answer_bytes == picked.c.size)
+        )
+    statement = update(queue_table).where(sql.columns.id == picked.c.id, *conditions)
+    if limited:
+        statement = statement.ordered_values(*sql.claim_values_limited)
+    else:
+        statement = statement.values(sql.claim_values)
+    return statement.returning(
+        sql.columns.id,
+        sql.columns.pKey,
+        case((payloads_bytes <= sql.PAYLOAD_READ_BYTES, sql.columns.payload)).label("payload"),
+        picked.c.payload_bytes,
+        picked.c.previous_scheduled_at,
+        sql.columns.scheduledAtInitially,
+        sql.columns.createdAt,
+        picked.c.previous_deliveries,
+        sql.columns.deadLetteredFrom,
     )
-).subquery("picked")
-_claim_returning = (
-    sql.columns.pKey,
-    sql.columns.payload,
-    _picked.c.previous_scheduled_at,
-    sql.columns.scheduledAtInitially,
-    sql.columns.createdAt,
-    _picked.c.previous_deliveries,
-    sql.columns.deadLetteredFrom,
-)
-_claim = (
-    update(queue_table)
-    .where(sql.columns.id == _picked.c.id)
-    .values(sql.claim_values)
-    .returning(*_claim_returning)
-)
-_claim_limited = (
-    update(queue_table)
-    .where(sql.columns.id == _picked.c.id)
-    .ordered_values(*sql.claim_values_limited)
-    .returning(*_claim_returning)
-)
+
+
+# By (a delivery limit, more than one message).
+_CLAIMS = {
+    (limited, many): _claim(limited, many) for limited in (False, True) for many in (False, True)
+}
 
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
@@ -153,6 +182,11 @@ class PostgreSQLDialect(Dialect):
         digest=func.sha256(sql.columns.payload),
         scheduledAtInitially=sql.columns.scheduledAtInitially,
     )
+    # The ids as one array: the direct path has no expanding IN.
+    claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
+        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))),
+        sql.columns.lockUuid == bindparam("lock_id"),
+    )
 
     def payload_digest(self, payload: bytes) -> bytes:
         return hashlib.sha256(payload).digest()
@@ -195,19 +229,20 @@ class PostgreSQLDialect(Dialect):
         return connection.execute(_insert_rows, parameters).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
+        statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]
         return [
             sql.ClaimedRow(
+                id=row.id,
                 key=row.pKey,
                 payload=row.payload,
+                payload_bytes=row.payload_bytes,
                 previous_scheduled_at=row.previous_scheduled_at,
                 scheduled_at_initially=row.scheduledAtInitially,
                 created_at=row.createdAt,
                 previous_deliveries=row.previous_deliveries,
                 dead_lettered_from=row.deadLetteredFrom,
             )
-            for row in connection.execute(
-                _claim_limited if "max_deliveries" in parameters else _claim, parameters
-            )
+            for row in connection.execute(statement, parameters)
         ]
 
     def recorded_delete(self, removal: sql.Removal) -> Insert:
