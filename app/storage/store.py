@@ -645,7 +645,7 @@ class SqlStore:
     def settings_queues(self) -> list[str]:
         """The queues that have settings of their own."""
         return self._read(
-            lambda connection: connection.execute(sql.settings_queues, {}).scalars().all()
+            lambda connection: list(connection.execute(sql.settings_queues, {}).scalars())
         )
 
     def settings_put(self, settings: QueueSettings) -> QueueSettings:
