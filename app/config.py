@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     # few of them at once cost the server tens of MiB (each ~1.1x its answer).
     max_poll_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""
+    # Bearer tokens for /metrics (comma-separated; several allow rotation); open when empty.
+    metrics_tokens: str = ""
     auto_migrate: bool = True
     log_format: Literal["text", "json"] = "text"
     # At most this many storage calls run at once (on PostgreSQL on the event loop,

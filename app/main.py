@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from app import __version__
-from app.api.auth import BearerTokens, parse_tokens
+from app.api.auth import BearerTokens, MetricsTokens, parse_metrics_tokens, parse_tokens
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
@@ -24,6 +25,8 @@ from app.metrics import Metrics
 from app.periodic import Periodic
 from app.queue.service import QueueService
 from app.storage.engine import create_store
+
+log = logging.getLogger(__name__)
 
 # How often each replica prunes the delivery history, and rows per DELETE.
 HISTORY_PRUNE_SECONDS = 60.0
@@ -124,12 +127,20 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(clock=clock)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)
+    # Outermost: before anything is read.
+    if metrics_tokens := parse_metrics_tokens(settings.metrics_tokens):
+        app.add_middleware(MetricsTokens, tokens=metrics_tokens)
     if rules := parse_tokens(settings.api_tokens):
-        app.add_middleware(BearerTokens, rules=rules)  # outermost: before anything is read
+        app.add_middleware(BearerTokens, rules=rules)
+        if not metrics_tokens:
+            log.warning(
+                "/metrics is open while /v1 needs tokens: it names every queue and cron "
+                "entry; set HOURGLASS_METRICS_TOKENS to protect it"
+            )
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.

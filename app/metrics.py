@@ -1,8 +1,25 @@
-"""Prometheus collectors on an injectable registry."""
+"""Prometheus collectors on an injectable registry, with a bounded set of queue labels.
+
+Series labelled with a queue exist only for queues known to hold something: the
+database shows them holding messages, settings or cron entries (read with the
+queue gauges, at scrape time), or something was written to them here (an offer,
+a delivery, an acknowledgement, a dead letter, a cron run). An empty poll of any
+other queue counts under `queue="_other"`, so polls of made-up names leave
+nothing behind (issue 14: 40,000 of them added 12.5 MB to every scrape, for good).
+
+A known queue that holds nothing and has seen no event for IDLE_QUEUE_SECONDS
+loses its series at the next scrape. Its counters stood still that long, so every
+scraper has read their last values; if the queue is used again, its counters
+start again from 0, as after a restart, which rate() and increase() read as a
+counter reset. The queues with series that the last read of the database did not
+show holding anything are at most MAX_QUEUES_NOT_HOLDING; past it, the events of
+further queues count under `_other` too, so memory stays bounded even when
+nothing scrapes.
+"""
 
 from __future__ import annotations
 
-import time
+import threading
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -17,6 +34,7 @@ from prometheus_client import (
 )
 
 from app import __version__
+from app.clock import Clock, SystemClock
 from app.queue.errors import StorageUnavailable
 from app.queue.models import Lease, Outcome, QueueStats
 from app.storage.store import Store
@@ -25,6 +43,21 @@ from app.storage.store import Store
 QUEUE_GAUGES_SECONDS = 5.0
 # Seconds from due to first delivery: from on time to an outage's worth late.
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+# The queue label of what no queue of its own counts: no queue can be named so
+# (queue names begin with a letter or a digit).
+OTHER_QUEUES = "_other"
+# A queue that holds nothing keeps its series this long after its last event:
+# Prometheus's staleness window, the longest scrape interval it works well with,
+# so every scraper has read the last values before they go.
+IDLE_QUEUE_SECONDS = 300.0
+# Queues with series that the last read of the database did not show holding
+# anything (written to since, or drained but still polled). A queue's series take
+# ~0.7 KB when it is only offered to, ~7 KB when it is also polled and
+# acknowledged (its lateness histogram, measured): 10,000 such queues cost at most
+# ~70 MB, and only writes to that many queues that then hold nothing reach it.
+MAX_QUEUES_NOT_HOLDING = 10_000
+_DELIVERIES = ("first", "redelivery")
+_POLL_RESULTS = ("messages", "empty")
 
 
 class Metrics:
@@ -32,8 +65,12 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, clock: Clock | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self.clock = clock or SystemClock()
+        self.queues = QueueLabels(self.clock, forget=self._remove_series)
         Info("hourglass_build", "The running release", registry=self.registry).info(
             {"version": __version__}
         )
@@ -83,7 +120,8 @@ class Metrics:
         )
         self._polls = Counter(
             "hourglass_polls",
-            "Polls answered, with messages or empty",
+            f"Polls answered, with messages or empty (queue {OTHER_QUEUES!r}: empty polls of "
+            "queues that hold nothing)",
             ["queue", "result"],
             registry=self.registry,
         )
@@ -112,20 +150,32 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
-        self._queue_gauges_at = float("-inf")
+        # Each counter labelled by queue, with every value of its other labels (but
+        # cron entry names: QueueLabels keeps those).
+        self._queue_series: tuple[tuple[Counter | Histogram, tuple[tuple[str, ...], ...]], ...] = (
+            (self._offered, tuple((outcome.value,) for outcome in Outcome)),
+            (self._delivered, tuple((delivery,) for delivery in _DELIVERIES)),
+            (self._acknowledged, ((),)),
+            (self._dead_lettered, ((),)),
+            (self._polls, tuple((result,) for result in _POLL_RESULTS)),
+            (self._lateness, ((),)),
+        )
+        self._queues_read_at: int | None = None
 
     # -- what the queue service reports (QueueEvents) ---------------------------------
 
     def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
+        label = self.queues.written(queue)
         for outcome, count in Tally(outcomes).items():
-            self._offered.labels(queue=queue, outcome=outcome.value).inc(count)
+            self._offered.labels(queue=label, outcome=outcome.value).inc(count)
 
     def polled(self, queue: str, lease: Lease | None, now: int) -> None:
         if lease is None:
-            self._polls.labels(queue=queue, result="empty").inc()
+            self._polls.labels(queue=self.queues.polled_empty(queue), result="empty").inc()
             return
-        self._polls.labels(queue=queue, result="messages").inc()
-        lateness = self._lateness.labels(queue=queue)
+        label = self.queues.written(queue)
+        self._polls.labels(queue=label, result="messages").inc()
+        lateness = self._lateness.labels(queue=label)
         firsts = 0
         for delivery in lease.deliveries:  # one pass: polls of 100 are the hot path
             if not delivery.redelivery:
@@ -133,31 +183,43 @@ class Metrics:
                 lateness.observe(max(0, now - delivery.message.scheduled_at_initially) / 1000)
         redeliveries = len(lease.deliveries) - firsts
         if firsts:
-            self._delivered.labels(queue=queue, delivery="first").inc(firsts)
+            self._delivered.labels(queue=label, delivery="first").inc(firsts)
         if redeliveries:
-            self._delivered.labels(queue=queue, delivery="redelivery").inc(redeliveries)
+            self._delivered.labels(queue=label, delivery="redelivery").inc(redeliveries)
 
     def acknowledged(self, queue: str, count: int) -> None:
-        self._acknowledged.labels(queue=queue).inc(count)
+        self._acknowledged.labels(queue=self.queues.written(queue)).inc(count)
 
     def dead_lettered(self, queue: str, count: int) -> None:
-        self._dead_lettered.labels(queue=queue).inc(count)
+        self._dead_lettered.labels(queue=self.queues.written(queue)).inc(count)
+
+    def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
+        label = self.queues.written(queue, cron_entry=name)
+        name = OTHER_QUEUES if label == OTHER_QUEUES else name
+        self.cron_runs_installed.labels(queue=label, name=name).inc(count)
 
     # -- scrape-time gauges -----------------------------------------------------------
 
-    async def refresh_queue_gauges(
-        self, read: Callable[[], Awaitable[list[QueueStats]]], now: int
+    async def refresh_queues(
+        self,
+        read_stats: Callable[[], Awaitable[list[QueueStats]]],
+        read_configured: Callable[[], Awaitable[list[str]]],
     ) -> None:
-        """Set the queue gauges from the database, unless they were set moments ago.
+        """Read which queues hold what, unless that was read moments ago: set the queue
+        gauges, and remove the series of queues that hold nothing and were idle.
 
-        A scrape storm costs the database one query per QUEUE_GAUGES_SECONDS; while
+        A scrape storm costs the database two queries per QUEUE_GAUGES_SECONDS; while
         the database is down the gauges keep their last values.
         """
-        if time.monotonic() - self._queue_gauges_at < QUEUE_GAUGES_SECONDS:
+        now = self.clock.now_ms()
+        if self._queues_read_at is not None and 0 <= now - self._queues_read_at < (
+            QUEUE_GAUGES_SECONDS * 1000
+        ):
             return
-        self._queue_gauges_at = time.monotonic()
+        self._queues_read_at = now
         try:
-            queues = await read()
+            queues = await read_stats()
+            configured = await read_configured()
         except StorageUnavailable:
             self.error("metrics_queue_gauges")
             return
@@ -170,9 +232,14 @@ class Metrics:
                 )
             waited = 0 if stats.oldest_ready_at is None else max(0, now - stats.oldest_ready_at)
             self.oldest_ready_age.labels(queue=stats.queue).set(waited / 1000)
+        self.queues.refresh({stats.queue for stats in queues}.union(configured))
 
-    def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
-        self.cron_runs_installed.labels(queue=queue, name=name).inc(count)
+    def _remove_series(self, queue: str, cron_entries: set[str]) -> None:
+        for metric, label_tails in self._queue_series:
+            for tail in label_tails:
+                metric.remove(queue, *tail)
+        for name in cron_entries:
+            self.cron_runs_installed.remove(queue, name)
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
@@ -184,3 +251,60 @@ class Metrics:
     def exposition(self) -> bytes:
         """Every collector's samples in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class QueueLabels:
+    """Which queues have series of their own, and when each last had an event.
+
+    Events come from the event loop and, for cron runs on SQLite and MariaDB, from
+    storage threads: one lock keeps the tables whole while a scrape walks them.
+    """
+
+    def __init__(self, clock: Clock, forget: Callable[[str, set[str]], object]) -> None:
+        self.clock = clock
+        self._forget = forget  # removes a queue's series, given its cron entries
+        self._lock = threading.Lock()
+        self._last_event: dict[str, int] = {}  # queue -> epoch ms
+        self._cron_entries: dict[str, set[str]] = {}  # queue -> names with series
+        # What the last read of the database showed holding something; every one of
+        # them is in _last_event, so the others number len(_last_event) - len(_holding).
+        self._holding: frozenset[str] = frozenset()
+
+    def written(self, queue: str, cron_entry: str | None = None) -> str:
+        """The label for an event that shows `queue` holds, or held, something."""
+        with self._lock:
+            if (
+                queue not in self._last_event
+                and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
+            ):
+                return OTHER_QUEUES
+            self._last_event[queue] = self.clock.now_ms()
+            if cron_entry is not None:
+                self._cron_entries.setdefault(queue, set()).add(cron_entry)
+            return queue
+
+    def polled_empty(self, queue: str) -> str:
+        """The label for an empty poll: the queue's own only if it has series already."""
+        with self._lock:
+            if queue not in self._last_event:
+                return OTHER_QUEUES
+            self._last_event[queue] = self.clock.now_ms()
+            return queue
+
+    def refresh(self, holding: set[str]) -> None:
+        """Take the queues the database shows holding something, and forget those that
+        hold nothing and had no event for IDLE_QUEUE_SECONDS (their series go)."""
+        with self._lock:
+            now = self.clock.now_ms()
+            for queue in holding:
+                self._last_event.setdefault(queue, now)
+            self._holding = frozenset(holding)
+            idle = [
+                queue
+                for queue, last_event in self._last_event.items()
+                if queue not in holding and now - last_event >= IDLE_QUEUE_SECONDS * 1000
+            ]
+            for queue in idle:
+                del self._last_event[queue]
+                # Within the lock: an event that labels the queue again comes after.
+                self._forget(queue, self._cron_entries.pop(queue, set()))

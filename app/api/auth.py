@@ -1,12 +1,16 @@
-"""Bearer tokens for `/v1`: `HOURGLASS_API_TOKENS` is `token` or `token=queue-glob`, comma-separated.
+"""Bearer tokens for `/v1` (`HOURGLASS_API_TOKENS`) and for `/metrics` (`HOURGLASS_METRICS_TOKENS`).
 
-Without a valid token a `/v1` request is `401`; a token limited to a glob gets
-`403` for any queue outside it, and the queue list shows only its queues. The
-queue in the path is checked here; the queues a request reaches beyond it (a
-dead-letter queue, a redrive's targets, a dead letter's origin) are checked where
-they are known, through the request's `queue_filter`.
-`/healthz`, `/readyz`, `/metrics` and the docs stay open. Tokens are compared in
-constant time and never logged. With no tokens configured nothing is installed.
+`HOURGLASS_API_TOKENS` is `token` or `token=queue-glob`, comma-separated. Without
+a valid token a `/v1` request is `401`; a token limited to a glob gets `403` for
+any queue outside it, and the queue list shows only its queues. The queue in the
+path is checked here; the queues a request reaches beyond it (a dead-letter
+queue, a redrive's targets, a dead letter's origin) are checked where they are
+known, through the request's `queue_filter`.
+`HOURGLASS_METRICS_TOKENS` (comma-separated; several allow rotation) guards
+`/metrics` alone, which names every queue and cron entry: its tokens open
+nothing else, and no `/v1` token opens it. `/healthz`, `/readyz` and the docs
+stay open. Tokens are compared in constant time and never logged. With no
+tokens configured nothing is installed.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import problem
+from app.api.errors import ProblemResponse, problem
 from app.queue.models import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
 _QUEUES = "/v1/queues/"
+METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,14 @@ def parse_tokens(text: str) -> list[TokenRule]:
     return rules
 
 
+def parse_metrics_tokens(text: str) -> list[bytes]:
+    """`a, b` → two tokens; blanks ignored. ValueError when the text has nothing else."""
+    tokens = [item.strip().encode() for item in text.split(",") if item.strip()]
+    if text.strip() and not tokens:
+        raise ValueError("HOURGLASS_METRICS_TOKENS has no token")
+    return tokens
+
+
 def queue_filter(scope: Scope) -> QueueFilter:
     """Which queues the request's token may use (every queue without tokens configured)."""
     return scope.get("state", {}).get("queue_filter", every_queue)
@@ -60,21 +73,17 @@ class BearerTokens:
     def __init__(self, app: ASGIApp, rules: list[TokenRule]) -> None:
         self.app = app
         self.rules = rules
+        self.tokens = [rule.token for rule in rules]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(_PREFIX):
             await self.app(scope, receive, send)
             return
-        rule = self._rule_for(scope)
-        if rule is None:
-            response = problem(
-                401,
-                "a valid `Authorization: Bearer <token>` header is required",
-                slug="unauthorized",
-                headers={"WWW-Authenticate": 'Bearer realm="hourglass"'},
-            )
-            await response(scope, receive, send)
+        found = _matching(_offered_token(scope), self.tokens)
+        if found is None:
+            await _unauthorized()(scope, receive, send)
             return
+        rule = self.rules[found]
         queue = _queue_of(scope["path"])
         if queue is not None and not rule.allows(queue):
             response = problem(403, f"this token may not use queue {queue!r}", slug="forbidden")
@@ -83,18 +92,52 @@ class BearerTokens:
         scope.setdefault("state", {})["queue_filter"] = rule.allows
         await self.app(scope, receive, send)
 
-    def _rule_for(self, scope: Scope) -> TokenRule | None:
-        offered = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, credentials = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    offered = credentials.strip()
-        found = None
-        for rule in self.rules:  # every rule, whether or not an earlier one matched
-            if hmac.compare_digest(rule.token, offered) and offered:
-                found = rule
-        return found
+
+class MetricsTokens:
+    """ASGI middleware: `/metrics` only with one of `tokens` as the bearer token."""
+
+    def __init__(self, app: ASGIApp, tokens: list[bytes]) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] == METRICS_PATH
+            and _matching(_offered_token(scope), self.tokens) is None
+        ):
+            await _unauthorized()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _offered_token(scope: Scope) -> bytes:
+    """The request's bearer token; empty without one."""
+    offered = b""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, credentials = value.partition(b" ")
+            if scheme.lower() == b"bearer":
+                offered = credentials.strip()
+    return offered
+
+
+def _matching(offered: bytes, tokens: list[bytes]) -> int | None:
+    """The index of the token `offered` equals, in constant time; None for none."""
+    found = None
+    for index, token in enumerate(tokens):  # every token, whether or not an earlier one matched
+        if hmac.compare_digest(token, offered) and offered:
+            found = index
+    return found
+
+
+def _unauthorized() -> ProblemResponse:
+    return problem(
+        401,
+        "a valid `Authorization: Bearer <token>` header is required",
+        slug="unauthorized",
+        headers={"WWW-Authenticate": 'Bearer realm="hourglass"'},
+    )
 
 
 def _queue_of(path: str) -> str | None:

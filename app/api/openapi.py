@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.auth import METRICS_PATH
 from app.api.errors import PROBLEM_MEDIA_TYPE
 from app.api.schemas import Problem
 
@@ -33,17 +34,19 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         "bearer": {
             "type": "http",
             "scheme": "bearer",
-            "description": "Required on /v1 when HOURGLASS_API_TOKENS is set",
+            "description": "Required on /v1 when HOURGLASS_API_TOKENS is set, and on "
+            "/metrics (one of its own tokens) when HOURGLASS_METRICS_TOKENS is set",
         }
     }
     for path, path_item in schema.get("paths", {}).items():
         for operation in path_item.values():
-            if path.startswith("/v1/"):
-                # Optional ({}): tokens are required only when HOURGLASS_API_TOKENS is set.
+            if path.startswith("/v1/") or path == METRICS_PATH:
+                # Optional ({}): tokens are required only when their setting is set.
                 operation["security"] = [{}, {"bearer": []}]
                 responses = operation.setdefault("responses", {})
                 responses.setdefault("401", {"description": "No valid bearer token"})
-                responses.setdefault("403", {"description": "The token may not use this queue"})
+                if path != METRICS_PATH:
+                    responses.setdefault("403", {"description": "The token may not use this queue"})
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}

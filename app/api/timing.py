@@ -1,4 +1,9 @@
-"""Request durations by route template, never by raw path: keys must not become labels."""
+"""Request durations by route template, never by raw path: keys must not become labels.
+
+Nor may whatever a client sends as its method (h11, uvicorn's parser when
+httptools is missing, takes any token): methods outside the standard ones are
+labelled `other`, so the series stay bounded.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import time
 
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class RequestTiming:
@@ -33,6 +40,7 @@ class RequestTiming:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            self.histogram.labels(
-                method=scope["method"], route=template, status=str(status)
-            ).observe(time.perf_counter() - started)
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.histogram.labels(method=method, route=template, status=str(status)).observe(
+                time.perf_counter() - started
+            )

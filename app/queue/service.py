@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -53,6 +54,9 @@ _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
 # A queue's settings are read from the database at most this often per process: a
 # change made through another replica applies here within this many seconds.
 SETTINGS_CACHE_SECONDS = 5.0
+# The settings cache keeps only what it read in the last SETTINGS_CACHE_SECONDS, and
+# at most this many queues (~300 bytes each, measured): polls of ever new queue
+# names, one read each, leave nothing behind once they stop.
 _SETTINGS_CACHE_SIZE = 10_000
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
@@ -110,7 +114,8 @@ class QueueService:
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
         self.calls = StorageCalls(store, connections)
-        self._settings: dict[str, tuple[float, QueueSettings]] = {}
+        # queue -> (read at, epoch ms; its settings), oldest read first.
+        self._settings: OrderedDict[str, tuple[int, QueueSettings]] = OrderedDict()
 
     async def close(self) -> None:
         """End waiting polls, wait for storage calls in flight, close the store."""
@@ -334,15 +339,32 @@ class QueueService:
 
     async def settings(self, queue: str) -> QueueSettings:
         """The queue's settings (defaults when it has none), read at most every few seconds."""
-        loop_time = asyncio.get_running_loop().time()
         cached = self._settings.get(queue)
-        if cached is not None and loop_time - cached[0] < SETTINGS_CACHE_SECONDS:
+        if cached is not None and _within_settings_cache(self.clock.now_ms() - cached[0]):
             return cached[1]
         settings = await self._run(partial(self.store.settings_get, queue)) or QueueSettings(queue)
-        if len(self._settings) >= _SETTINGS_CACHE_SIZE:  # polls of ever new queue names
-            self._settings.clear()
-        self._settings[queue] = (loop_time, settings)
+        self._keep_settings(queue, settings)
         return settings
+
+    def _keep_settings(self, queue: str, settings: QueueSettings) -> None:
+        """Cache `settings` as read now, and forget every entry that has expired.
+
+        Entries stay in the order they were read (a queue read again moves to the
+        end), so the expired ones are at the front, and so is the oldest when the
+        cache is full.
+        """
+        now = self.clock.now_ms()
+        self._settings.pop(queue, None)
+        while self._settings:
+            read_at, _ = next(iter(self._settings.values()))
+            if len(self._settings) < _SETTINGS_CACHE_SIZE and _within_settings_cache(now - read_at):
+                break
+            self._settings.popitem(last=False)
+        self._settings[queue] = (now, settings)
+
+    async def configured_queues(self) -> list[str]:
+        """The queues that have settings of their own."""
+        return await self._run(self.store.settings_queues)
 
     async def put_settings(
         self,
@@ -378,7 +400,7 @@ class QueueService:
             # Where this queue's dead letters would go, named or by default.
             _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(partial(self.store.settings_put, settings))
-        self._settings[queue] = (asyncio.get_running_loop().time(), stored)
+        self._keep_settings(queue, stored)
         return stored
 
     async def redrive(
@@ -435,6 +457,11 @@ class SchemaStatus:
     @property
     def ready(self) -> bool:
         return self.current == self.expected
+
+
+def _within_settings_cache(age_ms: int) -> bool:
+    """Whether settings read `age_ms` ago still hold (not when the clock went back)."""
+    return 0 <= age_ms < SETTINGS_CACHE_SECONDS * 1000
 
 
 # The lock ids this service hands out; anything else can hold nothing.

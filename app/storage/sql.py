@@ -393,6 +393,7 @@ cron_queues = select(cron.queue).distinct()
 
 settings = queue_settings.c
 settings_select = select(queue_settings).where(settings.queue == bindparam("queue"))
+settings_queues = select(settings.queue)
 settings_insert = insert(queue_settings)
 # Not "queue": an UPDATE reserves its columns' names for their new values.
 settings_update = (

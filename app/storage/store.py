@@ -122,6 +122,8 @@ class Store(Protocol):
 
     def settings_put(self, settings: QueueSettings) -> QueueSettings: ...
 
+    def settings_queues(self) -> list[str]: ...
+
     def history_prune(self, before: int, batch: int) -> int: ...
 
     def schema_revision(self) -> str | None: ...
@@ -639,6 +641,12 @@ class SqlStore:
             max_deliveries=row.maxDeliveries,
             dead_letter_queue=row.deadLetterQueue,
             updated_at=row.updatedAt,
+        )
+
+    def settings_queues(self) -> list[str]:
+        """The queues that have settings of their own."""
+        return self._read(
+            lambda connection: list(connection.execute(sql.settings_queues, {}).scalars())
         )
 
     def settings_put(self, settings: QueueSettings) -> QueueSettings:

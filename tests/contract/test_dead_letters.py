@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.main import create_app
 from app.queue.errors import StorageUnavailable
 from app.queue.models import Offer, QueueSettings
+from app.queue.service import SETTINGS_CACHE_SECONDS
 from tests.conftest import START_MS
 from tests.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows
 
@@ -101,6 +104,20 @@ def test_the_queue_default_lease_applies_to_polls_that_name_none(client):
     assert first["messages"][0]["lease_expires_at"] == "2026-11-26T09:01:00.000Z"
     named = poll(client, "q", lease=10)
     assert named["messages"][0]["lease_expires_at"] == "2026-11-26T09:00:10.000Z"
+
+
+def test_settings_changed_through_another_replica_apply_within_the_cache_time(
+    client, clock, settings
+):
+    for key in ("a", "b", "c"):
+        put(client, "q", key, 1)
+    assert poll(client, "q")["messages"][0]["lease_expires_at"] == "2026-11-26T09:05:00.000Z"
+    with TestClient(create_app(settings, clock=clock)) as replica:
+        configure(replica, default_lease=60)
+    clock.advance(SETTINGS_CACHE_SECONDS - 1)  # this replica still has the old ones
+    assert poll(client, "q")["messages"][0]["lease_expires_at"] == "2026-11-26T09:05:04.000Z"
+    clock.advance(1)
+    assert poll(client, "q")["messages"][0]["lease_expires_at"] == "2026-11-26T09:01:05.000Z"
 
 
 def test_every_delivery_is_counted(client, clock):

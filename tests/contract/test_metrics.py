@@ -1,9 +1,14 @@
-"""/metrics after real traffic: the counters, the lateness histogram, the queue gauges, the routes."""
+"""/metrics after real traffic: the counters, the lateness histogram, the queue gauges, the routes,
+and which queues have series of their own."""
 
 from __future__ import annotations
 
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from app import metrics as metrics_module
+from app.main import create_app
+from app.metrics import IDLE_QUEUE_SECONDS, OTHER_QUEUES, QUEUE_GAUGES_SECONDS
 from tests.helpers import poll, put
 
 
@@ -16,8 +21,8 @@ def _samples(client) -> dict[tuple[str, frozenset], float]:
     }
 
 
-def _value(samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+def _value(samples, metric: str, /, **labels: str) -> float:
+    return samples.get((metric, frozenset(labels.items())), 0.0)
 
 
 def test_metrics_after_offers_polls_and_acknowledgements(client, clock):
@@ -59,3 +64,113 @@ def test_the_oldest_ready_message_age(client, clock):
     samples = _samples(client)
     assert _value(samples, "hourglass_queue_oldest_ready_age_seconds", queue="q") == 30
     assert _value(samples, "hourglass_queue_messages", queue="q", state="ready") == 1
+
+
+def _queues_named(samples) -> set[str]:
+    """Every queue label value in the samples."""
+    return {dict(labels)["queue"] for (_, labels) in samples if "queue" in dict(labels)}
+
+
+def _scrape_after(client, clock, seconds: float):
+    """The samples of a scrape `seconds` later (at least QUEUE_GAUGES_SECONDS: the
+    scrape reads the database again)."""
+    clock.advance(max(seconds, QUEUE_GAUGES_SECONDS))
+    return _samples(client)
+
+
+def _install_cron(client, queue: str):
+    return client.put(f"/v1/queues/{queue}/cron/tick", json={"payload": 1, "every": 3600})
+
+
+def test_empty_polls_of_queues_that_hold_nothing_count_under_other(client):
+    for index in range(3):
+        assert poll(client, f"made-up-{index}")["messages"] == []
+    assert poll(client, "made-up-3", wait=0.01)["messages"] == []  # a long poll, too
+
+    samples = _samples(client)
+    assert _value(samples, "hourglass_polls_total", queue=OTHER_QUEUES, result="empty") == 4
+    assert _queues_named(samples) == {OTHER_QUEUES}
+
+
+def test_queues_holding_messages_settings_or_cron_entries_have_their_own_series(
+    client, clock, settings
+):
+    # Written through another replica: this one learns of them from the database.
+    with TestClient(create_app(settings, clock=clock)) as replica:
+        assert put(replica, "held", "k", 1, delay=3600).status_code == 201
+        configured = replica.put("/v1/queues/configured/settings", json={"max_deliveries": 3})
+        assert configured.status_code == 200, configured.text
+        assert _install_cron(replica, "timed").status_code == 201
+    for queue in ("held", "configured", "timed"):
+        assert poll(client, queue)["messages"] == []  # before this replica has read them
+    assert (
+        _value(_samples(client), "hourglass_polls_total", queue=OTHER_QUEUES, result="empty") == 3
+    )
+
+    for queue in ("held", "configured", "timed"):
+        assert poll(client, queue)["messages"] == []
+    samples = _scrape_after(client, clock, QUEUE_GAUGES_SECONDS)
+    for queue in ("held", "configured", "timed"):
+        assert _value(samples, "hourglass_polls_total", queue=queue, result="empty") == 1, queue
+    assert _value(samples, "hourglass_polls_total", queue=OTHER_QUEUES, result="empty") == 3
+
+
+def test_a_queue_that_holds_nothing_loses_its_series_once_idle(client, clock):
+    assert put(client, "drained", "k", 1).status_code == 201
+    polled = poll(client, "drained")
+    assert client.delete(f"/v1/queues/drained/locks/{polled['lock_id']}").status_code == 204
+    assert put(client, "kept", "k", 1, delay=24 * 3600).status_code == 201
+    assert _install_cron(client, "timed").status_code == 201
+    assert client.delete("/v1/queues/timed/cron/tick").status_code == 204
+
+    samples = _scrape_after(client, clock, 200)
+    assert _value(samples, "hourglass_messages_acknowledged_total", queue="drained") == 1
+    assert _value(samples, "hourglass_cron_runs_installed_total", queue="timed", name="tick") > 0
+    assert poll(client, "drained")["messages"] == []  # an empty poll: still in use
+    samples = _scrape_after(client, clock, IDLE_QUEUE_SECONDS - 201)
+    assert _queues_named(samples) == {"drained", "kept", "timed"}
+    assert _value(samples, "hourglass_polls_total", queue="drained", result="empty") == 1
+
+    # Idle that long since its last event, a queue that holds nothing loses its series.
+    samples = _scrape_after(client, clock, 1)
+    assert _queues_named(samples) == {"drained", "kept"}
+    samples = _scrape_after(client, clock, 200)
+    assert _queues_named(samples) == {"kept"}  # it still holds its message
+    assert _value(samples, "hourglass_messages_offered_total", queue="kept", outcome="created") == 1
+
+    assert poll(client, "drained")["messages"] == []
+    assert (
+        _value(_samples(client), "hourglass_polls_total", queue=OTHER_QUEUES, result="empty") == 1
+    )
+    assert put(client, "drained", "k", 2).status_code == 201  # used again: counted from 0
+    samples = _samples(client)
+    assert (
+        _value(samples, "hourglass_messages_offered_total", queue="drained", outcome="created") == 1
+    )
+    assert _value(samples, "hourglass_messages_acknowledged_total", queue="drained") == 0
+
+
+def test_queues_written_to_but_not_yet_seen_holding_are_capped(client, clock, monkeypatch):
+    monkeypatch.setattr(metrics_module, "MAX_QUEUES_NOT_HOLDING", 2)
+    for queue in ("a", "b", "c"):
+        assert put(client, queue, "k", 1, delay=3600).status_code == 201
+    samples = _samples(client)  # this scrape reads a, b and c holding messages
+    assert _value(samples, "hourglass_messages_offered_total", queue="a", outcome="created") == 1
+    assert _value(samples, "hourglass_messages_offered_total", queue="b", outcome="created") == 1
+    other = _value(
+        samples, "hourglass_messages_offered_total", queue=OTHER_QUEUES, outcome="created"
+    )
+    assert other == 1  # c's offer, before any read of the database
+    assert (
+        "hourglass_messages_offered_total",
+        frozenset({("queue", "c"), ("outcome", "created")}),
+    ) not in samples
+
+    # Known to hold messages, a, b and c no longer count against the cap.
+    for queue in ("c", "d", "e"):
+        assert put(client, queue, "another", 1, delay=3600).status_code == 201
+    samples = _samples(client)
+    for queue in ("c", "d", "e"):
+        assert (
+            _value(samples, "hourglass_messages_offered_total", queue=queue, outcome="created") == 1
+        )

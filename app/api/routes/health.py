@@ -45,5 +45,5 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
 )
 async def metrics(request: Request, service: Service) -> Response:
     metrics = request.app.state.metrics
-    await metrics.refresh_queue_gauges(service.list_queues, service.clock.now_ms())
+    await metrics.refresh_queues(service.list_queues, service.configured_queues)
     return Response(metrics.exposition(), media_type=metrics.content_type)
