@@ -124,11 +124,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
-    app.add_middleware(
-        RequestBodyLimits,
-        max_bytes=settings.max_request_bytes,
-        timeout=settings.request_body_timeout,
-    )
+    app.add_middleware(RequestBodyLimits, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)
     if rules := parse_tokens(settings.api_tokens):

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.limits import BODY_LATE
 from app.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class ConnectionEvents(Protocol):
 @dataclass(frozen=True)
 class ConnectionLimits:
     head_timeout: float
+    body_timeout: float
     max_connections: int
     max_per_client: int  # 0: no cap per client
 
@@ -65,6 +67,7 @@ class ConnectionLimits:
     def from_settings(cls, settings: Settings) -> ConnectionLimits:
         return cls(
             head_timeout=settings.request_head_timeout,
+            body_timeout=settings.request_body_timeout,
             max_connections=settings.max_connections,
             max_per_client=settings.max_connections_per_client,
         )
@@ -94,15 +97,22 @@ def fit_to_open_files(max_connections: int, open_files: int) -> int:
 
 
 class ConnectionGuard:
-    """Admits connections under the caps; knows, oldest first, those waiting for a head."""
+    """Admits connections under the caps, and knows which wait for a request's head or body.
+
+    Deadlines are checked on uvicorn's tick (every 0.1 s) rather than by a timer per
+    request: a request then costs a few dict operations. Each waiting dict keeps
+    insertion order, which is deadline order (one timeout for all), so a check looks
+    only at the expired entries and the first one still waiting.
+    """
 
     def __init__(self, limits: ConnectionLimits, events: ConnectionEvents | None) -> None:
         self.limits = limits
         self.capacity = limits.max_connections
         self.open = 0
         self._open_by_client: dict[str | None, int] = {}
-        # Insertion-ordered: the first is the connection that has waited longest.
-        self.waiting_for_head: dict[GuardedHttpProtocol, None] = {}
+        # Connection -> the loop time by which its request's head, or body, must be whole.
+        self.waiting_for_head: dict[GuardedHttpProtocol, float] = {}
+        self.waiting_for_body: dict[GuardedHttpProtocol, float] = {}
         self._events = events
         self._warned_at: dict[str, float] = {}
         if events is not None:
@@ -132,6 +142,19 @@ class ConnectionGuard:
         else:
             del self._open_by_client[client]
 
+    def enforce_deadlines(self, now: float) -> None:
+        """Drop connections whose head is late; mark requests whose body is late."""
+        for waiting, expire in (
+            (self.waiting_for_head, GuardedHttpProtocol.head_late),
+            (self.waiting_for_body, GuardedHttpProtocol.body_late),
+        ):
+            while waiting:
+                connection, deadline = next(iter(waiting.items()))
+                if deadline > now:
+                    break
+                del waiting[connection]
+                expire(connection)
+
     def dropped(self, reason: str, detail: str) -> None:
         if self._events is not None:
             self._events.connection_dropped(reason)
@@ -149,14 +172,13 @@ class ConnectionGuard:
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under a ConnectionGuard: admitted or refused when it
-    opens, closed when a request head does not arrive in time."""
+    opens, watched while it waits for a request's head or body."""
 
     def __init__(self, *args: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._guard = guard
         self._client_host: str | None = None
         self._admitted = False
-        self._head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         peer = transport.get_extra_info("peername")
@@ -172,37 +194,56 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if not self._admitted:
             return  # refused: uvicorn never saw it
         self._admitted = False
-        self._stop_waiting_for_head()
+        self._guard.waiting_for_head.pop(self, None)
+        self._guard.waiting_for_body.pop(self, None)
         self._guard.release(self._client_host)
         super().connection_lost(exc)
 
     def on_headers_complete(self) -> None:
-        self._stop_waiting_for_head()
+        self._guard.waiting_for_head.pop(self, None)
+        # A pipelined request (one in flight before it) starts later: so does its body's clock.
+        pipelined = self.cycle is not None and not self.cycle.response_complete
         super().on_headers_complete()
+        if not pipelined:
+            self._await_body()
+
+    def on_message_complete(self) -> None:
+        self._guard.waiting_for_body.pop(self, None)
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        # Whatever of a body the app left unread, the next head's deadline now bounds it.
+        self._guard.waiting_for_body.pop(self, None)
         next_request_parsed = bool(self.pipeline)
         super().on_response_complete()
-        if not next_request_parsed and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if not next_request_parsed:
             self._await_head()
+        elif self.cycle.more_body:  # the last parsed request; any before it came whole
+            self._await_body()
+
+    def head_late(self) -> None:
+        self.drop("head_timeout")
+
+    def body_late(self) -> None:
+        """The app answers 408 (app/api/limits.py), then the connection closes."""
+        self._guard.dropped("body_timeout", f"a request from {self._client_host}")
+        self.cycle.scope[BODY_LATE] = True  # type: ignore[literal-required]
+        self.cycle.keep_alive = False
+        self.cycle.message_event.set()  # wakes a body read in progress
 
     def drop(self, reason: str) -> None:
         """Close this connection, which waits for a request head."""
-        self._stop_waiting_for_head()
+        self._guard.waiting_for_head.pop(self, None)
         self._guard.dropped(reason, f"a connection from {self._client_host}")
         self.transport.close()
 
     def _await_head(self) -> None:
-        self._head_deadline = self.loop.call_later(
-            self._guard.limits.head_timeout, self.drop, "head_timeout"
-        )
-        self._guard.waiting_for_head[self] = None
+        self._guard.waiting_for_head[self] = self.loop.time() + self._guard.limits.head_timeout
 
-    def _stop_waiting_for_head(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-            del self._guard.waiting_for_head[self]
+    def _await_body(self) -> None:
+        self._guard.waiting_for_body[self] = self.loop.time() + self._guard.limits.body_timeout
 
 
 class HourglassServer(uvicorn.Server):
@@ -222,15 +263,20 @@ class HourglassServer(uvicorn.Server):
         # behind the guard's back.
         config.ws = "none"
 
+    async def on_tick(self, counter: int) -> bool:
+        self.connection_guard.enforce_deadlines(asyncio.get_running_loop().time())
+        return await super().on_tick(counter)
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         guard = self.connection_guard
         guard.capacity = fit_to_open_files(guard.limits.max_connections, raise_open_file_limit())
         logger.info(
-            "connections: at most %d (%s per client); request heads within %g s",
+            "connections: at most %d (%s per client); request heads within %g s, bodies %g s",
             guard.capacity,
             guard.limits.max_per_client or "no cap",
             guard.limits.head_timeout,
+            guard.limits.body_timeout,
         )
         await super().startup(sockets)
 

@@ -1,14 +1,12 @@
-"""What a request body may cost: at most so many bytes (413), arriving within so many seconds (408).
+"""What a request body may cost: at most so many bytes (413), arriving in so much time (408).
 
-Both are answered as problem+json of one type each, however the body arrives: a
-too-large body declared by its Content-Length is refused before it is read, one
-sent in chunks (or longer than declared) while it is read; either way it is
-`request-too-large`.
+Each is one problem type however the body arrives: a body declared too large by its
+Content-Length is refused before it is read, one sent in chunks (or longer than
+declared) while it is read; either way it is `request-too-large`. The time is kept
+by the server (app/server.py), which marks a request whose body is late.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,20 +15,17 @@ from app.api.errors import ProblemError, problem_from
 
 REQUEST_TOO_LARGE = "request-too-large"
 REQUEST_TIMEOUT = "request-timeout"
+# Set to True in a request's scope by the server once its body is late.
+BODY_LATE = "hourglass.body_late"
 
 
 class RequestBodyLimits:
-    """Refuse bodies over `max_bytes` (413) and bodies still arriving `timeout` seconds after
-    the request's head (408, then the connection is closed).
+    """Refuse bodies over `max_bytes` (413), and bodies the server marked late (408; the
+    server closes the connection after it: the rest of such a body is not worth reading)."""
 
-    The clock runs only while the app waits for more of the body: once the body is
-    complete, nothing here bounds the request (a long poll waits as long as it asks).
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.timeout = timeout
 
     def _too_large(self) -> ProblemError:
         return ProblemError(
@@ -46,35 +41,20 @@ class RequestBodyLimits:
             await problem_from(self._too_large())(scope, receive, send)
             return
 
-        deadline = asyncio.get_running_loop().time() + self.timeout
         received = 0
-        complete = False
 
         async def limited_receive() -> Message:
-            nonlocal received, complete
-            if complete:
-                # Only a disconnect can come now; whoever listens for it may wait.
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                # `Connection: close` makes uvicorn close the connection once this is sent:
-                # the rest of a body this late is not worth reading.
-                raise ProblemError(
-                    408,
-                    f"request body did not arrive within {self.timeout:g} s",
-                    slug=REQUEST_TIMEOUT,
-                    headers={"Connection": "close"},
-                ) from None
+            nonlocal received
+            message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                # Raised inside the body read: the app's error handlers render them.
                 if received > self.max_bytes:
-                    # Raised inside the body read: the app's error handlers render it.
                     raise self._too_large()
-                complete = not message.get("more_body", False)
-            else:
-                complete = True
+                if message.get("more_body") and scope.get(BODY_LATE):
+                    raise ProblemError(
+                        408, "the request body did not arrive in time", slug=REQUEST_TIMEOUT
+                    )
             return message
 
         await self.app(scope, limited_receive, send)

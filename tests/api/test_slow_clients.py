@@ -140,8 +140,10 @@ def test_a_connection_without_a_request_head_in_time_is_closed(quick_server, ope
 def test_the_next_head_on_a_kept_alive_connection_has_the_same_deadline(quick_server):
     with _connect(quick_server) as connection:
         connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: hourglass\r\n\r\n")
-        first = connection.recv(65536)
-        assert first.startswith(b"HTTP/1.1 200 ")
+        first = http.client.HTTPResponse(connection)
+        first.begin()
+        assert first.status == 200
+        assert first.read() == b'{"status":"ok"}'
         started = time.monotonic()
         assert _trickle_until_closed(connection, ENDLESS_HEAD, limit=HEAD_TIMEOUT + 5) == b""
         assert time.monotonic() - started >= HEAD_TIMEOUT - 0.1
@@ -161,6 +163,26 @@ def test_a_body_not_in_time_is_answered_408_then_the_connection_is_closed(quick_
     assert problem["type"] == "urn:hourglass:problem:request-timeout"
     assert problem["status"] == 408
     assert BODY_TIMEOUT - 0.1 <= elapsed
+
+
+def test_a_pipelined_body_has_its_time_from_its_turn(quick_server):
+    """A request sent behind another on one connection waits its turn; its body's time
+    starts then, and it is bounded too."""
+    wait = 2
+    poll = (
+        b"POST /v1/queues/slow-pipe/poll HTTP/1.1\r\nHost: hourglass\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 11\r\n\r\n"
+        b'{"wait": %d}' % wait
+    )
+    with _connect(quick_server) as connection:
+        connection.sendall(poll + _body_head(MAX_REQUEST_BYTES - 100))
+        started = time.monotonic()
+        answer = _trickle_until_closed(connection, b"x" * 1000, limit=wait + BODY_TIMEOUT + 5)
+        elapsed = time.monotonic() - started
+    polled, late = answer.split(b"HTTP/1.1 ")[1:]
+    assert polled.startswith(b"200 OK")
+    assert late.startswith(b"408 Request Timeout")
+    assert elapsed >= wait + BODY_TIMEOUT - 0.1
 
 
 def test_long_polls_and_kept_alive_clients_outlast_both_deadlines(quick_server):
