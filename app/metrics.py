@@ -115,8 +115,8 @@ class Metrics:
         self._connections_dropped = Counter(
             "hourglass_connections_dropped",
             "Client connections the service closed: head_timeout (no request head in time), "
-            "evicted (waiting for a head, at the total cap, for a newer one), client_cap and "
-            "server_cap (refused on arrival)",
+            "body_timeout (no whole body in time: answered 408), evicted (waiting for a head, "
+            "at the total cap, for a newer one), client_cap and server_cap (refused on arrival)",
             ["reason"],
             registry=self.registry,
         )

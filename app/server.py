@@ -11,12 +11,13 @@ now and then, and one that sends nothing at all until the client goes; with 1,02
 open files, ~1,000 such connections from one client stopped `/healthz` answering.
 Here a connection must deliver each request's head (request line and headers) within
 `head_timeout` of its opening or of its previous answer, else it is closed (nothing
-can be answered reliably before the head is whole). The body's own deadline is the
-app's (app/api/limits.py), which can still answer 408. Connections are capped per
-client address and in all, the total fitted under the process's open-file limit (its
-soft limit raised to the hard one first) so that accepting never runs out of files.
-At the total cap, a new connection takes the place of the one that has waited longest
-for a request head (idle or trickling); only when none waits is it refused.
+can be answered reliably before the head is whole), and each request's body within
+`body_timeout` of its head, else the app answers 408 (app/api/limits.py) and the
+connection is closed. Connections are capped per client address and in all, the
+total fitted under the process's open-file limit (its soft limit raised to the hard
+one first) so that accepting never runs out of files. At the total cap, a new
+connection takes the place of the one that has waited longest for a request head
+(idle or trickling); only when none waits is it refused. Decision 10 says why.
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
 
 class HourglassServer(uvicorn.Server):
+    """uvicorn's Server with the app told of a stop at once, and its connections guarded."""
+
     def __init__(
         self,
         config: uvicorn.Config,
