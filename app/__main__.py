@@ -16,7 +16,7 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
 
     from app.logs import configure_logging
     from app.main import create_app
-    from app.server import HourglassServer
+    from app.server import ConnectionLimits, HourglassServer
     from app.storage.schema import upgrade_to_head
 
     log_format = arguments.log_format or settings.log_format
@@ -33,7 +33,12 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
         timeout_graceful_shutdown=arguments.graceful_shutdown,
         access_log=arguments.access_log,
     )
-    HourglassServer(config, stopping=lambda: app.state.stopping()).run()
+    HourglassServer(
+        config,
+        stopping=lambda: app.state.stopping(),
+        limits=ConnectionLimits.from_settings(settings),
+        events=app.state.metrics,
+    ).run()
 
 
 def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:

@@ -53,6 +53,17 @@ class Settings(BaseSettings):
     # a row in delivery_history, kept this many seconds (7 days), then pruned.
     history: bool = True
     history_retention: float = Field(7 * 24 * 3600.0, ge=1, description="seconds")
+    # Slow clients (README, "Slow clients and connection caps"). A request's head must
+    # arrive within this many seconds of the connection's opening or of its previous
+    # answer, else the connection is closed.
+    request_head_timeout: float = Field(10.0, gt=0, description="seconds")
+    # A request's body must arrive within this many seconds of its head: else 408 and
+    # the connection is closed. 30 s lets the largest body (16 MiB) come at ~560 KB/s.
+    request_body_timeout: float = Field(30.0, gt=0, description="seconds")
+    # Open client connections, at most; lowered at start to fit the open-file limit.
+    max_connections: int = Field(10_000, ge=1)
+    # Open connections from one client address, at most (0: no cap, e.g. behind a proxy).
+    max_connections_per_client: int = Field(256, ge=0)
 
     @field_validator("database_url")
     @classmethod

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api.auth import BearerTokens, MetricsTokens, parse_metrics_tokens, parse_tokens
 from app.api.errors import install_error_handlers
-from app.api.limits import BodySizeLimit
+from app.api.limits import RequestBodyLimits
 from app.api.openapi import install_openapi
 from app.api.request_id import RequestId
 from app.api.routes import cron, health, locks, messages, queues
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     )
     app.state.settings = settings
     app.state.metrics = Metrics(clock=clock)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestBodyLimits, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)
     # Outermost: before anything is read.

@@ -150,6 +150,17 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self._connections_dropped = Counter(
+            "hourglass_connections_dropped",
+            "Client connections the service closed: head_timeout (no request head in time), "
+            "body_timeout (no whole body in time: answered 408), evicted (waiting for a head, "
+            "at the total cap, for a newer one), client_cap and server_cap (refused on arrival)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._connections_open = Gauge(
+            "hourglass_connections_open", "Client connections open", registry=self.registry
+        )
         # Each counter labelled by queue, with every value of its other labels (but
         # cron entry names: QueueLabels keeps those).
         self._queue_series: tuple[tuple[Counter | Histogram, tuple[tuple[str, ...], ...]], ...] = (
@@ -243,6 +254,14 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
+
+    # -- what the server reports (app.server.ConnectionEvents) --------------------------
+
+    def connection_dropped(self, reason: str) -> None:
+        self._connections_dropped.labels(reason=reason).inc()
+
+    def watch_connections(self, open_connections: Callable[[], int]) -> None:
+        self._connections_open.set_function(open_connections)
 
     def count_statements(self, store: Store) -> None:
         """Count every statement `store` sends."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from app.server import HourglassServer
+from app.server import ConnectionLimits, HourglassServer
 
 STARTUP_TIMEOUT = 60
 STOP_TIMEOUT = 30
@@ -27,8 +27,13 @@ def free_port() -> int:
 
 
 class _ThreadServer(HourglassServer):
-    def __init__(self, config: uvicorn.Config, stopping) -> None:
-        super().__init__(config, stopping)
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(
+            config,
+            stopping=lambda: app.state.stopping(),
+            limits=ConnectionLimits.from_settings(app.state.settings),
+            events=app.state.metrics,
+        )
         self.ready = threading.Event()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -43,7 +48,7 @@ def serving(app: Any) -> Iterator[tuple[int, HourglassServer]]:
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen(64)
-    server = _ThreadServer(uvicorn.Config(app, log_level="warning"), lambda: app.state.stopping())
+    server = _ThreadServer(uvicorn.Config(app, log_level="warning"), app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     try:
@@ -61,19 +66,25 @@ class Server:
     url: str
     port: int
     pid: int
+    output: list[str]  # its log lines so far
 
 
 @contextmanager
-def running_server(database_url: str, **environment: str) -> Iterator[Server]:
-    """`hourglass serve` against `database_url`, yielded once it accepts requests."""
+def running_server(
+    database_url: str, *, open_files: tuple[int, int] | None = None, **environment: str
+) -> Iterator[Server]:
+    """`hourglass serve` against `database_url`, yielded once it accepts requests.
+
+    `open_files` sets the process's (soft, hard) limit of open files, as a shell's
+    `ulimit -n` would before starting it.
+    """
     port = free_port()
     env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url, **environment}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-access-log"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-access-log"]
+    if open_files is not None:
+        # util-linux's prlimit sets the limit, then execs the command (same process).
+        command = ["prlimit", f"--nofile={open_files[0]}:{open_files[1]}", "--", *command]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     started = threading.Event()
     output: list[str] = []
 
@@ -91,7 +102,7 @@ def running_server(database_url: str, **environment: str) -> Iterator[Server]:
     try:
         if not started.wait(STARTUP_TIMEOUT) or process.poll() is not None:
             raise RuntimeError("the server did not start:\n" + "".join(output))
-        yield Server(f"http://127.0.0.1:{port}", port, process.pid)
+        yield Server(f"http://127.0.0.1:{port}", port, process.pid, output)
     finally:
         process.terminate()
         try:

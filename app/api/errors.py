@@ -40,6 +40,20 @@ class ProblemResponse(JSONResponse):
     media_type = PROBLEM_MEDIA_TYPE
 
 
+class ProblemError(HTTPException):
+    """An HTTPException that names its problem type.
+
+    Raised from inside a body read (the request's `receive`), where FastAPI lets only
+    an HTTPException through (it turns any other error into a 400).
+    """
+
+    def __init__(
+        self, status: int, detail: str, *, slug: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(status, detail, headers)
+        self.slug = slug
+
+
 def problem(
     status: int,
     detail: str,
@@ -101,8 +115,15 @@ async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
         return problem(
             422, "the request body is not JSON this service can read", slug="invalid-request"
         )
+    return problem_from(error)
+
+
+def problem_from(error: HTTPException) -> ProblemResponse:
+    """The problem+json answer for `error` (of its own type when it is a ProblemError)."""
     detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
-    return problem(error.status_code, detail, headers=getattr(error, "headers", None))
+    return problem(
+        error.status_code, detail, slug=getattr(error, "slug", None), headers=error.headers
+    )
 
 
 async def _unexpected_error(_request: Request, error: Exception) -> ProblemResponse:
