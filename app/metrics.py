@@ -35,8 +35,8 @@ from prometheus_client import (
 
 from app import __version__
 from app.clock import Clock, SystemClock
-from app.queue.errors import StorageUnavailable
-from app.queue.models import Lease, Outcome, QueueStats
+from app.domain.errors import StorageUnavailable
+from app.domain.messages import Lease, Outcome, QueueStats
 from app.storage.store import Store
 
 # Queue gauges come from the database at scrape time, at most this often.

@@ -26,7 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from app.config import Settings, normalize_database_url
-from app.queue.models import IfExists, Offer
+from app.domain.messages import IfExists, Offer
 from app.storage.engine import create_store
 from app.storage.schema import upgrade_to_head
 from bench.hourglass import fresh_database

@@ -29,8 +29,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.config import Settings, normalize_database_url
-from app.cron.models import CronEntry
 from app.cron.schedule import Schedule, config_hash
+from app.domain.cron import CronEntry
 from app.storage.engine import create_store
 from app.storage.schema import upgrade_to_head
 from tests.helpers import fill_queue

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from app.api.schemas import format_timestamp
+from app.domain.formats import format_timestamp
 from app.storage.tables import cron_entries, delayed_queue, delivery_history, queue_settings
 
 

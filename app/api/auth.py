@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import ProblemResponse, problem
-from app.queue.models import QueueFilter, every_queue
+from app.domain.messages import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
 _QUEUES = "/v1/queues/"

@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from app.api.auth import queue_filter
 from app.config import Settings
-from app.queue.models import QueueFilter
+from app.domain.messages import QueueFilter
 from app.queue.service import QueueService
 
 

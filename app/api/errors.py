@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from app.queue import errors
+from app.domain import errors
 
 logger = logging.getLogger(__name__)
 

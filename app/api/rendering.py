@@ -4,7 +4,7 @@ every answer that carries a stored payload.
 A poll of 100 messages through the pydantic models decodes every stored
 payload, validates it as a JsonValue, and encodes it again; a batch answer
 builds a model per item. Stored payloads are already compact UTF-8 JSON
-(app/queue/payloads.py), so every answer that shows one embeds its bytes as
+(app/domain/payloads.py), so every answer that shows one embeds its bytes as
 they are, and a large poll answer is streamed from them without copying them
 into one body. That also means any payload the database holds can be read: pydantic
 renders no more than 253 levels and Python's json reads about 990, while rows
@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from app.api.schemas import DeliveryKind, format_timestamp
-from app.queue.models import Lease, Message, Outcome, State
+from app.domain.messages import Lease, Message, Outcome, State
 
 _string = json.JSONEncoder(ensure_ascii=False).encode
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -13,13 +13,12 @@ by count and by payload bytes, and never below one run:
   at most 32 runs (before this bound, `every: 1` with such a payload stored ~1,060
   copies, 133 MiB).
 
-Keys of one configuration sort in time order (`…/YYYYMMDD-HHMMSS.mmm`), so "later"
-below is "greater key".
+Which stored runs go and which new ones come, within these bounds, is decided by
+the storage's transaction that holds the entry's row (app/domain/cron.py:
+runs_to_keep, runs_to_install).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 MAX_RUNS_PER_ENTRY = 200
 MAX_RUN_BYTES_PER_ENTRY = 4 * 1024 * 1024
@@ -28,23 +27,3 @@ MAX_RUN_BYTES_PER_ENTRY = 4 * 1024 * 1024
 def runs_allowed(payload_bytes: int) -> int:
     """How many runs an entry whose stored payload has `payload_bytes` may keep: at least one."""
     return max(1, min(MAX_RUNS_PER_ENTRY, MAX_RUN_BYTES_PER_ENTRY // max(payload_bytes, 1)))
-
-
-def runs_to_keep(stored: Sequence[str], limit: int, due_until: str, keep_until: str) -> int:
-    """How many of an entry's stored run keys (of one configuration, sorted) stay: a prefix.
-
-    The runs after it go: those due after `keep_until` (installed further ahead than the
-    entry's lookahead now allows), and the latest of those not yet due when more than
-    `limit` are stored. A run due by `due_until` always stays: a worker may be about
-    to take it, and deleting it would lose a run that happened; while `limit` of them
-    wait, the entry installs nothing new.
-    """
-    kept = sum(1 for key in stored if key <= keep_until)
-    due = sum(1 for key in stored if key <= due_until)
-    return max(due, min(kept, limit))
-
-
-def runs_to_install(stored: Sequence[str], candidates: Sequence[str], room: int) -> list[str]:
-    """The first `room` of `candidates` (run keys, earliest first) not stored yet."""
-    present = set(stored)
-    return [key for key in candidates if key not in present][: max(room, 0)]

@@ -23,10 +23,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
-# The escape character of run_key_pattern's LIKE patterns.
-LIKE_ESCAPE = "\\"
-_HASH_LENGTH = 16
-_TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
+from app.domain.cron import HASH_LENGTH
+
 _DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Runs are printable instants (years 0001-9999) whose local day exists in every zone:
@@ -207,44 +205,7 @@ def most_runs_within(schedule: Schedule, span_ms: int) -> int:
 def config_hash(schedule: Schedule, payload: bytes) -> str:
     """What identifies an entry's configuration: its schedule, zone and payload."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:_HASH_LENGTH]
-
-
-def run_key(name: str, hash_: str, run: int) -> str:
-    """The message key of one run: `{name}/{config_hash}/{UTC YYYYMMDD-HHMMSS.mmm}`."""
-    moment = _to_datetime(run)
-    return f"{name}/{hash_}/{moment:%Y%m%d-%H%M%S}.{moment.microsecond // 1000:03d}"
-
-
-def run_key_pattern(name: str, hash_: str | None = None) -> str:
-    """A LIKE pattern (escape `LIKE_ESCAPE`) for every run key of one entry, or of one
-    configuration of it.
-
-    A prefix alone would be wrong: the runs of `a/b` start with `a/` too. Every
-    run key of entry `name` is `name`, a slash, 16 characters, a slash and 19
-    characters, so the pattern fixes the length; an entry whose name starts with
-    `name/` has longer keys. `%`, `_` and the escape character in the name are
-    escaped, so `a_b` never matches `axb` and `100%` never matches `1000`.
-    Compare case-sensitively (SQLite's LIKE is not, by default).
-    """
-    literal = "".join(LIKE_ESCAPE + char if char in "%_" + LIKE_ESCAPE else char for char in name)
-    middle = hash_ if hash_ is not None else "_" * _HASH_LENGTH
-    return f"{literal}/{middle}/{'_' * _TIME_LENGTH}"
-
-
-def run_key_range(name: str, hash_: str | None = None) -> tuple[str, str]:
-    """Two keys between which (both excluded) every run key of one entry, or of one
-    configuration of it, falls in code point order (the byte order of UTF-8).
-
-    The first is the keys' common prefix, `name/` (or `name/hash/`); the second is that
-    prefix with its final `/` turned into the next character, `0`. A key lies strictly
-    between them exactly when it starts with the prefix and is longer, so a database
-    reads the entry's runs as one range of its (`pKey`, `pKind`) index, whatever the
-    queue holds besides. The range also holds the runs of entries named `name/…`:
-    run_key_pattern tells those apart.
-    """
-    prefix = f"{name}/" if hash_ is None else f"{name}/{hash_}/"
-    return prefix, prefix[:-1] + chr(ord("/") + 1)
+    return hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:HASH_LENGTH]
 
 
 def _to_datetime(epoch_ms: int) -> datetime:

@@ -17,12 +17,12 @@ from typing import Any
 
 from app.clock import Clock
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
-from app.cron.models import CronEntry, InstallOutcome
-from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs, run_key
-from app.queue.errors import CronEntryNotFound, CronEntryTooLarge
-from app.queue.models import IfExists, Offer
+from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs
+from app.domain.cron import CronEntry, InstallOutcome, run_key
+from app.domain.errors import CronEntryNotFound, CronEntryTooLarge
+from app.domain.messages import IfExists, Offer
+from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
-from app.queue.payloads import encode_payload
 from app.storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)

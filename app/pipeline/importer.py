@@ -23,9 +23,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import normalize_database_url
+from app.domain.messages import IfExists, Offer
 from app.pipeline import BATCH_SIZE, transforms
 from app.pipeline.rows import Reason
-from app.queue.models import IfExists, Offer
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """One input row checked by the HTTP API's rules (SPEC §3), in plain Python.
 
 The import runs this on Spark's executors, so a row the service would refuse is
-refused here for the same reason, by the same code: the name and key patterns
-of app/api/schemas.py, the payload encoding of app/queue/payloads.py, and the
-RFC 3339 parsing of the API.
+refused here for the same reason, by the same code the API uses: the name and
+key patterns and the RFC 3339 parsing of app/domain/formats.py, and the payload
+encoding of app/domain/payloads.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.api.schemas import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
-from app.queue.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
-from app.queue.payloads import encode_payload
+from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
+from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
+from app.domain.payloads import encode_payload
 
 _QUEUE = re.compile(QUEUE_PATTERN)
 # One decoder for every row (json.loads with an option builds one per call).

@@ -17,14 +17,14 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from app.clock import Clock
-from app.queue.errors import (
+from app.domain.errors import (
     InvalidSettings,
     LockNotFound,
     MessageNotFound,
     PurgeNotConfirmed,
     QueueForbidden,
 )
-from app.queue.models import (
+from app.domain.messages import (
     Claim,
     Lease,
     Message,
@@ -40,8 +40,8 @@ from app.queue.models import (
     When,
     every_queue,
 )
+from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
-from app.queue.payloads import encode_payload
 from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
 from app.storage.store import Store

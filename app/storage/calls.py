@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from sqlalchemy.util import greenlet_spawn
 
-from app.queue.errors import StorageUnavailable
+from app.domain.errors import StorageUnavailable
 from app.storage.engine import POOL_TIMEOUT_SECONDS
 from app.storage.store import Store
 

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Delete, Insert
 
-from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage.tables import cron_entries, delivery_history, queue_settings
 from app.storage.tables import delayed_queue as queue_table
 

@@ -22,11 +22,18 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
-from app.cron.bounds import runs_to_install, runs_to_keep
-from app.cron.models import CronEntry, CronInstall, InstallOutcome
-from app.cron.schedule import run_key, run_key_pattern, run_key_range
-from app.queue.errors import StorageUnavailable
-from app.queue.models import (
+from app.domain.cron import (
+    CronEntry,
+    CronInstall,
+    InstallOutcome,
+    run_key,
+    run_key_pattern,
+    run_key_range,
+    runs_to_install,
+    runs_to_keep,
+)
+from app.domain.errors import StorageUnavailable
+from app.domain.messages import (
     Claim,
     Delivery,
     Finish,
@@ -757,7 +764,7 @@ class SqlStore:
         nothing is written).
 
         The entry's stored runs (of its configuration, in any state) lose those due after
-        `keep_until` and, past `limit`, the latest not yet due (app/cron/bounds.py:
+        `keep_until` and, past `limit`, the latest not yet due (app/domain/cron.py:
         runs_to_keep); then `runs` (earliest first) whose keys are free go in while
         fewer than `limit` are stored. The entry's row is locked for the transaction:
         replicas installing runs of one entry take turns, so the count is exact, and a

@@ -105,7 +105,7 @@ queue_settings = Table(
 
 # One row per message that left a queue (issue 6): acknowledged, dead-lettered or
 # dropped, written in the transaction that removed it. `scheduledAt` is the time
-# the producer asked for; `outcome` is a FinishOutcome (app/queue/models.py).
+# the producer asked for; `outcome` is a FinishOutcome (app/domain/messages.py).
 delivery_history = Table(
     "delivery_history",
     metadata,

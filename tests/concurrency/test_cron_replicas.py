@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event as sqlalchemy_event
 
 from app.config import Settings
-from app.cron.models import CronEntry
-from app.cron.schedule import Schedule, config_hash, run_key
+from app.cron.schedule import Schedule, config_hash
+from app.domain.cron import CronEntry, run_key
+from app.domain.messages import IfExists, Offer
 from app.main import create_app
-from app.queue.models import IfExists, Offer
 from app.storage.engine import create_store
 from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.helpers import keys_of, poll, stored_rows

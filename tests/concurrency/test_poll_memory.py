@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from app.queue.models import IfExists, Offer
+from app.domain.messages import IfExists, Offer
 from app.storage.engine import create_store
 from tests.server import running_server
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.queue.models import Offer, Outcome
+from app.domain.messages import Offer, Outcome
 from tests.conftest import START_MS
 from tests.helpers import at, keys_of, poll, put, stored_rows
 

@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.schemas import parse_timestamp
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
-from app.cron.models import CronEntry
-from app.cron.schedule import LATEST_RUN_MS, Schedule, config_hash, run_key
+from app.cron.schedule import LATEST_RUN_MS, Schedule, config_hash
+from app.domain.cron import CronEntry, run_key
+from app.domain.errors import StorageUnavailable
+from app.domain.formats import parse_timestamp
+from app.domain.messages import IfExists, Offer
 from app.main import create_app
-from app.queue.errors import StorageUnavailable
-from app.queue.models import IfExists, Offer
 from tests.helpers import keys_of, poll, stored_rows
 
 DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}

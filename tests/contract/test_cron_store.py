@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select, text
 
 from app.config import Settings
-from app.cron.models import CronEntry, InstallOutcome
-from app.cron.schedule import Schedule, config_hash, run_key
-from app.queue.models import IfExists, Offer
+from app.cron.schedule import Schedule, config_hash
+from app.domain.cron import CronEntry, InstallOutcome, run_key
+from app.domain.messages import IfExists, Offer
 from app.storage.engine import create_store
 from app.storage.schema import upgrade_to_head
 from app.storage.store import _runs_of

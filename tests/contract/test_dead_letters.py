@@ -7,9 +7,9 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
+from app.domain.errors import StorageUnavailable
+from app.domain.messages import Offer, QueueSettings
 from app.main import create_app
-from app.queue.errors import StorageUnavailable
-from app.queue.models import Offer, QueueSettings
 from app.queue.service import SETTINGS_CACHE_SECONDS
 from tests.conftest import START_MS
 from tests.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows

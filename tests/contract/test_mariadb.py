@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from app.config import Settings
-from app.queue.errors import PayloadTooLarge
-from app.queue.models import Offer, Outcome
+from app.domain.errors import PayloadTooLarge
+from app.domain.messages import Offer, Outcome
 from app.storage.engine import create_store
 from app.storage.store import SqlStore
 from tests.conftest import START_MS, truncate_all

@@ -8,7 +8,7 @@ import json
 import pytest
 from sqlalchemy import create_engine, update
 
-from app.queue.payloads import MAX_PAYLOAD_DEPTH
+from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.storage.tables import cron_entries, delayed_queue
 from tests.helpers import cron_rows, put, stored_rows
 

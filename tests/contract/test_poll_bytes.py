@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.main import create_app
-from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.storage import sql
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows

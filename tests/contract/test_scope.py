@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, exc, select
 
+from app.domain.messages import Offer, QueueSettings
 from app.main import create_app
-from app.queue.models import Offer, QueueSettings
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS
 from tests.helpers import poll, put, settings_rows, stored_rows

@@ -6,7 +6,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from app.queue.models import IfExists, Offer, Outcome
+from app.domain.messages import IfExists, Offer, Outcome
 
 NOW = 1_000_000
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from app.domain.messages import IfExists
 from app.pipeline.importer import ImportCounts, run_import
-from app.queue.models import IfExists
 from tests.conftest import START_MS
 from tests.helpers import stored_rows
 

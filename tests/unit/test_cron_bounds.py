@@ -1,16 +1,11 @@
-"""How many runs a cron entry keeps, and which of its stored runs go (app/cron/bounds.py)."""
+"""How many runs a cron entry keeps, and which of its stored runs go (app/cron/bounds.py, app/domain/cron.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.cron.bounds import (
-    MAX_RUN_BYTES_PER_ENTRY,
-    MAX_RUNS_PER_ENTRY,
-    runs_allowed,
-    runs_to_install,
-    runs_to_keep,
-)
+from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
+from app.domain.cron import runs_to_install, runs_to_keep
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.api.schemas import format_timestamp, to_epoch_ms
 from app.config import Settings, normalize_database_url
-from app.queue.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
-from app.queue.payloads import MAX_PAYLOAD_DEPTH, encode_payload, nesting_depth
+from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
+from app.domain.formats import format_timestamp, to_epoch_ms
+from app.domain.payloads import MAX_PAYLOAD_DEPTH, encode_payload, nesting_depth
 from app.storage.dialects import for_engine_url
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.pipeline.rows import Reason, check_row
-from app.queue.payloads import MAX_PAYLOAD_DEPTH
 
 NOW = 1_795_683_600_000
 

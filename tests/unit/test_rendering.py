@@ -23,7 +23,7 @@ from app.api.schemas import (
     MessageResponse,
     PollResponse,
 )
-from app.queue.models import (
+from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,
     Delivery,
     Lease,
@@ -31,7 +31,7 @@ from app.queue.models import (
     Outcome,
     State,
 )
-from app.queue.payloads import encode_payload
+from app.domain.payloads import encode_payload
 
 PAYLOADS = [
     None,

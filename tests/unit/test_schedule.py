@@ -12,16 +12,13 @@ from hypothesis import strategies as st
 
 from app.cron.schedule import (
     LATEST_RUN_MS,
-    LIKE_ESCAPE,
     InvalidSchedule,
     Schedule,
     config_hash,
     most_runs_within,
     next_runs,
-    run_key,
-    run_key_pattern,
-    run_key_range,
 )
+from app.domain.cron import LIKE_ESCAPE, run_key, run_key_pattern, run_key_range
 
 
 def ms(text: str) -> int:

@@ -19,9 +19,9 @@ from app.api.schemas import (
     QueueName,
     parse_timestamp,
 )
-from app.cron.models import InstallOutcome
 from app.cron.schedule import InvalidSchedule
 from app.cron.service import CronService, CronSpec, CronView
+from app.domain.cron import InstallOutcome
 
 router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
 

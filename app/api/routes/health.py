@@ -8,7 +8,7 @@ from app.api.deps import Service
 from app.api.errors import unavailable
 from app.api.openapi import problem_responses
 from app.api.schemas import HealthResponse, ReadyResponse
-from app.queue.errors import StorageUnavailable
+from app.domain.errors import StorageUnavailable
 
 router = APIRouter(tags=["health"])
 

@@ -19,7 +19,7 @@ from app.api.schemas import (
     QueueName,
     UpdateMessage,
 )
-from app.queue.models import OfferRequest, OfferResult, Outcome
+from app.domain.messages import OfferRequest, OfferResult, Outcome
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 

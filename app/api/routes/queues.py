@@ -18,7 +18,7 @@ from app.api.schemas import (
     RedriveRequest,
     RedriveResponse,
 )
-from app.queue.models import QueueSettings, QueueStats
+from app.domain.messages import QueueSettings, QueueStats
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Delete, Insert
 
-from app.queue.errors import PayloadTooLarge
+from app.domain.errors import PayloadTooLarge
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 from app.storage.tables import delivery_history

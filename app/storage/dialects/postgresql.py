@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert, Update
 
-from app.queue.models import POLL_MESSAGE_ENVELOPE_BYTES
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 from app.storage.tables import cron_run_keys_index, delivery_history

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.queue.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
+from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
 
 # How deep arrays and objects may nest in a payload (`[[1]]` is 2). Far under every
 # parser on a payload's way: Python's json (the service's and Python clients') stops

@@ -1,0 +1,50 @@
+"""Names and times as the contract writes them: the patterns of queue names, keys and
+cron entry names, and RFC 3339 times in UTC with milliseconds (epoch ms inside)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# RFC 3339 date-time: seconds required, any fraction, a zone (Z or an offset).
+RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+# 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
+KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
+CRON_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,100}$"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+# The instants a time field can print as (years 0001-9999 in UTC).
+EARLIEST_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MILLISECOND
+LATEST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) // _MILLISECOND
+
+
+# A poll of many messages prints the same few instants again and again (one lease
+# end, a batch's creation time): remember recent ones.
+@lru_cache(maxsize=16384)
+def format_timestamp(epoch_ms: int) -> str:
+    """`2026-11-26T09:00:00.000Z` for an epoch-millisecond instant."""
+    moment = _EPOCH + timedelta(milliseconds=epoch_ms)
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}."
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    """Epoch milliseconds of an aware datetime (sub-millisecond digits dropped)."""
+    return (moment - _EPOCH) // _MILLISECOND
+
+
+def seconds_to_ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def parse_timestamp(text: str) -> int:
+    """Epoch ms of an RFC 3339 time (already matched by RFC3339_PATTERN); ValueError if impossible."""
+    epoch_ms = to_epoch_ms(datetime.fromisoformat(text.upper()))
+    if not EARLIEST_MS <= epoch_ms <= LATEST_MS:
+        raise ValueError("the time must fall between 0001-01-01 and 9999-12-31 in UTC")
+    return epoch_ms
