@@ -17,7 +17,8 @@ connection is closed. Connections are capped per client address and in all, the
 total fitted under the process's open-file limit (its soft limit raised to the hard
 one first) so that accepting never runs out of files. At the total cap, a new
 connection takes the place of the one that has waited longest for a request head
-(idle or trickling); only when none waits is it refused. Decision 10 says why.
+(idle or trickling), or else for a request body; only when none waits (every open
+connection has a request in the app's hands) is it refused. Decision 11 says why.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ from app.config import Settings
 
 logger = logging.getLogger(__name__)
 
-# Open files kept back from client connections: the database pool (three files per
-# SQLite connection), logs, the event loop, listening sockets, a connection being
-# refused. A tenth of the limit, at least 64: 1,024 files leave 922 connections.
+# Open files kept back from client connections: the database pool (up to three files
+# per connection: SQLite's database, WAL and shared memory), logs, the event loop,
+# listening sockets, a connection being refused. A tenth of the limit, and at least
+# 64 besides the pool's: 1,024 files with the default pool of 10 leave 922 connections.
 MIN_RESERVED_FILES = 64
+FILES_PER_POOLED_CONNECTION = 3
 # A refused or closed connection is logged at most this often per reason.
 WARNING_INTERVAL_SECONDS = 60.0
 
@@ -63,6 +66,7 @@ class ConnectionLimits:
     body_timeout: float
     max_connections: int
     max_per_client: int  # 0: no cap per client
+    pool_size: int  # database connections, whose files are kept back
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionLimits:
@@ -71,6 +75,7 @@ class ConnectionLimits:
             body_timeout=settings.request_body_timeout,
             max_connections=settings.max_connections,
             max_per_client=settings.max_connections_per_client,
+            pool_size=settings.pool_size,
         )
 
 
@@ -91,9 +96,9 @@ def raise_open_file_limit() -> int:
     return soft
 
 
-def fit_to_open_files(max_connections: int, open_files: int) -> int:
+def fit_to_open_files(max_connections: int, open_files: int, pool_size: int) -> int:
     """The connection cap that leaves the process its reserve of open files."""
-    reserved = max(MIN_RESERVED_FILES, open_files // 10)
+    reserved = max(MIN_RESERVED_FILES + FILES_PER_POOLED_CONNECTION * pool_size, open_files // 10)
     return max(1, min(max_connections, open_files - reserved))
 
 
@@ -126,10 +131,14 @@ class ConnectionGuard:
             self.dropped("client_cap", f"{client} has {per_client} connections open")
             return False
         if self.open >= self.capacity:
-            if not self.waiting_for_head:
-                self.dropped("server_cap", f"{self.open} connections open, none idle")
+            # The longest waiting for a head (idle or trickling) gives way first, then the
+            # longest waiting for a body: neither has a request the app is working on.
+            oldest = next(iter(self.waiting_for_head), None) or next(
+                iter(self.waiting_for_body), None
+            )
+            if oldest is None:
+                self.dropped("server_cap", f"{self.open} connections open, none waiting")
                 return False
-            oldest = next(iter(self.waiting_for_head))
             oldest.drop("evicted")  # its file is closed before the loop's next turn
         self.open += 1
         self._open_by_client[client] = self._open_by_client.get(client, 0) + 1
@@ -235,8 +244,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.cycle.message_event.set()  # wakes a body read in progress
 
     def drop(self, reason: str) -> None:
-        """Close this connection, which waits for a request head."""
+        """Close this connection, which waits for a request's head or body."""
         self._guard.waiting_for_head.pop(self, None)
+        self._guard.waiting_for_body.pop(self, None)
         self._guard.dropped(reason, f"a connection from {self._client_host}")
         self.transport.close()
 
@@ -273,7 +283,9 @@ class HourglassServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         guard = self.connection_guard
-        guard.capacity = fit_to_open_files(guard.limits.max_connections, raise_open_file_limit())
+        guard.capacity = fit_to_open_files(
+            guard.limits.max_connections, raise_open_file_limit(), guard.limits.pool_size
+        )
         logger.info(
             "connections: at most %d (%s per client); request heads within %g s, bodies %g s",
             guard.capacity,
