@@ -47,6 +47,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses.setdefault("401", {"description": "No valid bearer token"})
                 if path != METRICS_PATH:
                     responses.setdefault("403", {"description": "The token may not use this queue"})
+            if "requestBody" in operation:
+                # The service's own bound on how long a body may take to arrive (app/server.py).
+                operation.setdefault("responses", {}).setdefault(
+                    "408", {"description": "The request's body did not arrive in time"}
+                )
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}
