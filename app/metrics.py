@@ -8,13 +8,18 @@ other queue counts under `queue="_other"`, so polls of made-up names leave
 nothing behind (issue 14: 40,000 of them added 12.5 MB to every scrape, for good).
 
 A known queue that holds nothing and has seen no event for IDLE_QUEUE_SECONDS
-loses its series at the next scrape. Its counters stood still that long, so every
-scraper has read their last values; if the queue is used again, its counters
-start again from 0, as after a restart, which rate() and increase() read as a
-counter reset. The queues with series that the last read of the database did not
+loses its series at the next scrape; so does a cron entry name (the `name` label of
+hourglass_cron_runs_installed) that the database no longer stores, whichever
+replica uninstalled the entry, once no runs were installed for it as long. Their
+counters stood still that long, so every scraper has read their last values; if
+the queue or the name is used again, its counters start again from 0, as after a
+restart, which rate() and increase() read as a counter reset. The queues with series that the last read of the database did not
 show holding anything are at most MAX_QUEUES_NOT_HOLDING; past it, the events of
 further queues count under `_other` too, so memory stays bounded even when
-nothing scrapes.
+nothing scrapes. Cron entry names with series that the last read did not show
+stored are at most MAX_CRON_ENTRIES_NOT_STORED in all; past it, the runs of
+further names count under `name="_other"` of their queue. (Before the first scrape
+of a replica, every name counts as not stored.)
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ IDLE_QUEUE_SECONDS = 300.0
 # acknowledged (its lateness histogram, measured): 10,000 such queues cost at most
 # ~70 MB, and only writes to that many queues that then hold nothing reach it.
 MAX_QUEUES_NOT_HOLDING = 10_000
+# Cron entry names with series that the last read of the database did not show
+# stored (installed since, or uninstalled and not yet idle): one series each, so
+# installing and uninstalling made-up names in one queue costs at most this many.
+MAX_CRON_ENTRIES_NOT_STORED = 10_000
 _DELIVERIES = ("first", "redelivery")
 _POLL_RESULTS = ("messages", "empty")
 
@@ -70,7 +79,9 @@ class Metrics:
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.clock = clock or SystemClock()
-        self.queues = QueueLabels(self.clock, forget=self._remove_series)
+        self.queues = QueueLabels(
+            self.clock, forget_queue=self._remove_series, forget_entry=self._remove_entry_series
+        )
         Info("hourglass_build", "The running release", registry=self.registry).info(
             {"version": __version__}
         )
@@ -205,9 +216,8 @@ class Metrics:
         self._dead_lettered.labels(queue=self.queues.written(queue)).inc(count)
 
     def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
-        label = self.queues.written(queue, cron_entry=name)
-        name = OTHER_QUEUES if label == OTHER_QUEUES else name
-        self.cron_runs_installed.labels(queue=label, name=name).inc(count)
+        queue_label, name_label = self.queues.labels_for_cron_runs(queue, name)
+        self.cron_runs_installed.labels(queue=queue_label, name=name_label).inc(count)
 
     # -- scrape-time gauges -----------------------------------------------------------
 
@@ -215,11 +225,14 @@ class Metrics:
         self,
         read_stats: Callable[[], Awaitable[list[QueueStats]]],
         read_configured: Callable[[], Awaitable[list[str]]],
+        read_cron_entries: Callable[[], Awaitable[list[tuple[str, str]]]],
     ) -> None:
         """Read which queues hold what, unless that was read moments ago: set the queue
-        gauges, and remove the series of queues that hold nothing and were idle.
+        gauges, and remove the series of queues that hold nothing and of cron entry
+        names no longer stored (`read_cron_entries`: (queue, name) of every stored
+        entry), once idle.
 
-        A scrape storm costs the database two queries per QUEUE_GAUGES_SECONDS; while
+        A scrape storm costs the database three reads per QUEUE_GAUGES_SECONDS; while
         the database is down the gauges keep their last values.
         """
         now = self.clock.now_ms()
@@ -231,6 +244,7 @@ class Metrics:
         try:
             queues = await read_stats()
             configured = await read_configured()
+            cron_entries = await read_cron_entries()
         except StorageUnavailable:
             self.error("metrics_queue_gauges")
             return
@@ -243,14 +257,17 @@ class Metrics:
                 )
             waited = 0 if stats.oldest_ready_at is None else max(0, now - stats.oldest_ready_at)
             self.oldest_ready_age.labels(queue=stats.queue).set(waited / 1000)
-        self.queues.refresh({stats.queue for stats in queues}.union(configured))
+        self.queues.refresh({stats.queue for stats in queues}.union(configured), set(cron_entries))
 
     def _remove_series(self, queue: str, cron_entries: set[str]) -> None:
         for metric, label_tails in self._queue_series:
             for tail in label_tails:
                 metric.remove(queue, *tail)
         for name in cron_entries:
-            self.cron_runs_installed.remove(queue, name)
+            self._remove_entry_series(queue, name)
+
+    def _remove_entry_series(self, queue: str, name: str) -> None:
+        self.cron_runs_installed.remove(queue, name)
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
@@ -273,34 +290,64 @@ class Metrics:
 
 
 class QueueLabels:
-    """Which queues have series of their own, and when each last had an event.
+    """Which queues and cron entry names have series of their own, and when each last
+    had an event.
 
     Events come from the event loop and, for cron runs on SQLite and MariaDB, from
     storage threads: one lock keeps the tables whole while a scrape walks them.
     """
 
-    def __init__(self, clock: Clock, forget: Callable[[str, set[str]], object]) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        forget_queue: Callable[[str, set[str]], object],
+        forget_entry: Callable[[str, str], object],
+    ) -> None:
         self.clock = clock
-        self._forget = forget  # removes a queue's series, given its cron entries
+        self._forget_queue = forget_queue  # removes a queue's series, given its entry names
+        self._forget_entry = forget_entry  # removes one entry name's series
         self._lock = threading.Lock()
         self._last_event: dict[str, int] = {}  # queue -> epoch ms
-        self._cron_entries: dict[str, set[str]] = {}  # queue -> names with series
+        # queue -> cron entry names with series -> epoch ms of their last runs installed;
+        # every queue here is in _last_event.
+        self._entries: dict[str, dict[str, int]] = {}
         # What the last read of the database showed holding something; every one of
         # them is in _last_event, so the others number len(_last_event) - len(_holding).
         self._holding: frozenset[str] = frozenset()
+        # The (queue, name) of every cron entry the last read showed stored, and how
+        # many names in _entries are not among them.
+        self._stored_entries: frozenset[tuple[str, str]] = frozenset()
+        self._entries_not_stored = 0
 
-    def written(self, queue: str, cron_entry: str | None = None) -> str:
+    def written(self, queue: str) -> str:
         """The label for an event that shows `queue` holds, or held, something."""
         with self._lock:
-            if (
-                queue not in self._last_event
-                and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
-            ):
-                return OTHER_QUEUES
-            self._last_event[queue] = self.clock.now_ms()
-            if cron_entry is not None:
-                self._cron_entries.setdefault(queue, set()).add(cron_entry)
-            return queue
+            return self._written(queue)
+
+    def _written(self, queue: str) -> str:
+        if (
+            queue not in self._last_event
+            and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
+        ):
+            return OTHER_QUEUES
+        self._last_event[queue] = self.clock.now_ms()
+        return queue
+
+    def labels_for_cron_runs(self, queue: str, name: str) -> tuple[str, str]:
+        """The queue and name labels for runs installed for the cron entry `name`."""
+        with self._lock:
+            queue_label = self._written(queue)
+            if queue_label == OTHER_QUEUES:
+                return OTHER_QUEUES, OTHER_QUEUES
+            names = self._entries.setdefault(queue, {})
+            if name not in names and (queue, name) not in self._stored_entries:
+                if self._entries_not_stored >= MAX_CRON_ENTRIES_NOT_STORED:
+                    # The queue's overflow name: one more at most, gone once idle as any.
+                    name = OTHER_QUEUES
+                if name not in names:
+                    self._entries_not_stored += 1
+            names[name] = self.clock.now_ms()
+            return queue, name
 
     def polled_empty(self, queue: str) -> str:
         """The label for an empty poll: the queue's own only if it has series already."""
@@ -310,20 +357,38 @@ class QueueLabels:
             self._last_event[queue] = self.clock.now_ms()
             return queue
 
-    def refresh(self, holding: set[str]) -> None:
-        """Take the queues the database shows holding something, and forget those that
-        hold nothing and had no event for IDLE_QUEUE_SECONDS (their series go)."""
+    def refresh(self, holding: set[str], stored_entries: set[tuple[str, str]]) -> None:
+        """Take the queues the database shows holding something and the (queue, name) of
+        the cron entries it stores; forget the queues that hold nothing and the entry
+        names no longer stored that had no event for IDLE_QUEUE_SECONDS (their series go)."""
         with self._lock:
             now = self.clock.now_ms()
+
+            def idle(last_event: int) -> bool:
+                return now - last_event >= IDLE_QUEUE_SECONDS * 1000
+
             for queue in holding:
                 self._last_event.setdefault(queue, now)
             self._holding = frozenset(holding)
-            idle = [
+            self._stored_entries = frozenset(stored_entries)
+            for queue in [
                 queue
                 for queue, last_event in self._last_event.items()
-                if queue not in holding and now - last_event >= IDLE_QUEUE_SECONDS * 1000
-            ]
-            for queue in idle:
+                if queue not in holding and idle(last_event)
+            ]:
                 del self._last_event[queue]
                 # Within the lock: an event that labels the queue again comes after.
-                self._forget(queue, self._cron_entries.pop(queue, set()))
+                self._forget_queue(queue, set(self._entries.pop(queue, {})))
+            not_stored = 0
+            for queue, names in list(self._entries.items()):
+                for name, last_event in list(names.items()):
+                    if (queue, name) in stored_entries:
+                        continue
+                    if idle(last_event):
+                        del names[name]
+                        self._forget_entry(queue, name)
+                    else:
+                        not_stored += 1
+                if not names:
+                    del self._entries[queue]
+            self._entries_not_stored = not_stored

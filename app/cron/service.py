@@ -125,6 +125,10 @@ class CronService:
         entries = await self.calls.run(partial(self.store.cron_list, queue))
         return [self._view(entry, now, 5) for entry in entries]
 
+    async def entry_names(self) -> list[tuple[str, str]]:
+        """The (queue, name) of every stored entry."""
+        return await self.calls.run(self.store.cron_names)
+
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""
         now = self.clock.now_ms()

@@ -389,6 +389,7 @@ cron_delete = delete(cron_entries).where(_cron_entry)
 cron_list_queue = select(cron_entries).where(cron.queue == bindparam("queue")).order_by(cron.name)
 cron_list_all = select(cron_entries).order_by(cron.queue, cron.name)
 cron_queues = select(cron.queue).distinct()
+cron_names = select(cron.queue, cron.name)
 
 
 settings = queue_settings.c

@@ -826,6 +826,14 @@ class SqlStore:
             )
         return [_cron_entry(row) for row in rows]
 
+    def cron_names(self) -> list[tuple[str, str]]:
+        """The (queue, name) of every entry."""
+        return self._read(
+            lambda connection: [
+                (row.queue, row.name) for row in connection.execute(sql.cron_names, {})
+            ]
+        )
+
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
         return self._run(

@@ -1,5 +1,5 @@
-"""Polls of made-up queue names leave /metrics and the process's memory as they were,
-on every database."""
+"""Polls of made-up queue names, and cron entries installed and uninstalled under
+made-up names, leave /metrics and the process's memory as they were, on every database."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
+from app.metrics import IDLE_QUEUE_SECONDS
 from app.queue.service import SETTINGS_CACHE_SECONDS
 from tests.conftest import FakeClock
 
@@ -26,6 +27,10 @@ MADE_UP_NAMES = 2_000
 BLOCKS_NOISE = 500
 # Bytes /metrics may grow by: counters gaining digits.
 EXPOSITION_NOISE = 1024
+# Cron entries installed and uninstalled under made-up names in a queue that holds a
+# message: before the fix, each left its hourglass_cron_runs_installed_total series
+# for good (a series goes only when its whole queue holds nothing).
+MADE_UP_ENTRIES = 300
 
 
 @dataclass(frozen=True)
@@ -89,4 +94,55 @@ def test_polls_of_made_up_queue_names_leave_metrics_and_memory_flat(settings):
     assert after.allocated_blocks - before.allocated_blocks < BLOCKS_NOISE, (
         f"{after.allocated_blocks - before.allocated_blocks} blocks more "
         f"after {MADE_UP_NAMES} made-up names"
+    )
+
+
+async def _install_and_uninstall_made_up_entries(
+    client: httpx.AsyncClient, prefix: str, count: int
+) -> None:
+    for index in range(count):
+        path = f"/v1/queues/real/cron/{prefix}-{index:04d}"
+        installed = await client.put(path, json={"payload": 1, "every": 3600})
+        assert installed.status_code == 201, installed.text
+        assert (await client.delete(path)).status_code == 204
+
+
+async def _made_up_cron_entries(settings) -> tuple[Footprint, Footprint]:
+    clock = FakeClock()
+    app = create_app(settings, clock=clock)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client,
+    ):
+        offered = await client.put("/v1/queues/real/messages/k", json={"payload": 1, "delay": 60})
+        assert offered.status_code == 201
+
+        async def footprint_once_idle() -> Footprint:
+            clock.advance(IDLE_QUEUE_SECONDS)  # every name uninstalled so far is idle,
+            await client.get("/metrics")  # and a scrape forgets it
+            return await _footprint(client)
+
+        # Every code path once (the measurement's too), and every series it will see;
+        # more paths than the client's URL parsing caches (urllib's 128).
+        await _install_and_uninstall_made_up_entries(client, "warm-up", 150)
+        await footprint_once_idle()
+        before = await footprint_once_idle()
+
+        await _install_and_uninstall_made_up_entries(client, "made-up", MADE_UP_ENTRIES)
+        made_up = await _footprint(client)  # not idle yet: the series are still there
+        assert (
+            sum(name == "hourglass_cron_runs_installed_total" for name, _ in made_up.series)
+            == MADE_UP_ENTRIES
+        )
+        return before, await footprint_once_idle()
+
+
+def test_cron_entries_installed_and_uninstalled_under_made_up_names_leave_metrics_flat(settings):
+    before, after = asyncio.run(_made_up_cron_entries(settings))
+
+    assert after.series == before.series
+    assert len(after.exposition) - len(before.exposition) < EXPOSITION_NOISE
+    assert after.allocated_blocks - before.allocated_blocks < BLOCKS_NOISE, (
+        f"{after.allocated_blocks - before.allocated_blocks} blocks more "
+        f"after {MADE_UP_ENTRIES} made-up cron entries"
     )

@@ -78,8 +78,17 @@ def _scrape_after(client, clock, seconds: float):
     return _samples(client)
 
 
-def _install_cron(client, queue: str):
-    return client.put(f"/v1/queues/{queue}/cron/tick", json={"payload": 1, "every": 3600})
+def _install_cron(client, queue: str, name: str = "tick"):
+    return client.put(f"/v1/queues/{queue}/cron/{name}", json={"payload": 1, "every": 3600})
+
+
+def _cron_entries_named(samples, queue: str) -> set[str]:
+    """The name labels of hourglass_cron_runs_installed_total in `queue`."""
+    return {
+        dict(labels)["name"]
+        for (name, labels) in samples
+        if name == "hourglass_cron_runs_installed_total" and dict(labels)["queue"] == queue
+    }
 
 
 def test_empty_polls_of_queues_that_hold_nothing_count_under_other(client):
@@ -174,3 +183,48 @@ def test_queues_written_to_but_not_yet_seen_holding_are_capped(client, clock, mo
         assert (
             _value(samples, "hourglass_messages_offered_total", queue=queue, outcome="created") == 1
         )
+
+
+def test_an_uninstalled_cron_entry_loses_its_series_once_idle_whichever_replica_uninstalled_it(
+    client, clock, settings
+):
+    assert put(client, "timed", "k", 1, delay=24 * 3600).status_code == 201  # the queue holds
+    for name in ("tick", "kept"):
+        assert _install_cron(client, "timed", name).status_code == 201
+    with TestClient(create_app(settings, clock=clock)) as replica:
+        assert replica.delete("/v1/queues/timed/cron/tick").status_code == 204
+
+    samples = _scrape_after(client, clock, IDLE_QUEUE_SECONDS - QUEUE_GAUGES_SECONDS)
+    assert _cron_entries_named(samples, "timed") == {"tick", "kept"}  # not idle yet
+    samples = _scrape_after(client, clock, QUEUE_GAUGES_SECONDS)
+    assert _cron_entries_named(samples, "timed") == {"kept"}  # still stored: kept
+    assert _value(samples, "hourglass_messages_offered_total", queue="timed", outcome="created")
+
+    assert _install_cron(client, "timed", "tick").status_code == 201  # again: counted from 0
+    samples = _samples(client)
+    assert _cron_entries_named(samples, "timed") == {"tick", "kept"}
+
+
+def test_cron_entry_names_not_yet_seen_stored_are_capped(client, clock, monkeypatch):
+    monkeypatch.setattr(metrics_module, "MAX_CRON_ENTRIES_NOT_STORED", 2)
+    assert put(client, "timed", "k", 1, delay=24 * 3600).status_code == 201
+    for name in ("a", "b", "c", "d"):
+        assert _install_cron(client, "timed", name).status_code == 201
+    samples = _samples(client)  # this scrape reads a, b, c and d stored
+    assert _cron_entries_named(samples, "timed") == {"a", "b", OTHER_QUEUES}
+    assert (
+        _value(samples, "hourglass_cron_runs_installed_total", queue="timed", name=OTHER_QUEUES)
+        == _value(samples, "hourglass_cron_runs_installed_total", queue="timed", name="a") * 2
+    )
+
+    # Known to be stored, a and b no longer count against the cap; the overflow does.
+    for name in ("e", "f"):
+        assert _install_cron(client, "timed", name).status_code == 201
+    assert _cron_entries_named(_samples(client), "timed") == {"a", "b", "e", OTHER_QUEUES}
+
+    # Uninstalled, every name goes once idle, the overflow's too; the queue keeps its own.
+    for name in ("a", "b", "c", "d", "e", "f"):
+        assert client.delete(f"/v1/queues/timed/cron/{name}").status_code == 204
+    samples = _scrape_after(client, clock, IDLE_QUEUE_SECONDS)
+    assert _cron_entries_named(samples, "timed") == set()
+    assert _queues_named(samples) == {"timed"}

@@ -27,14 +27,18 @@ def _switching_threads_often() -> Iterator[None]:
 def test_scrapes_and_cron_runs_reported_from_storage_threads_keep_the_tables_whole():
     clock = FakeClock()
     forgotten: list[tuple[str, set[str]]] = []
-    labels = QueueLabels(clock, forget=lambda queue, entries: forgotten.append((queue, entries)))
+    labels = QueueLabels(
+        clock,
+        forget_queue=lambda queue, entries: forgotten.append((queue, entries)),
+        forget_entry=lambda queue, name: None,
+    )
     reported = 0
     reporting = threading.Event()
 
     def cron_runs() -> None:  # as the cron service reports them on SQLite: from a thread
         nonlocal reported
         for index in range(REPORTS):
-            labels.written(f"queue-{index}", cron_entry=f"entry-{index}")
+            labels.labels_for_cron_runs(f"queue-{index}", f"entry-{index}")
             reported = index + 1
             if index == 1000:
                 reporting.set()
@@ -50,7 +54,7 @@ def test_scrapes_and_cron_runs_reported_from_storage_threads_keep_the_tables_who
                 scrapes += 1
                 if scrapes % 10 == 0:  # in between, the tables grow
                     clock.advance(IDLE_QUEUE_SECONDS)
-                labels.refresh(set())  # walks the tables the reporter writes to
+                labels.refresh(set(), set())  # walks the tables the reporter writes to
         finally:
             reporter.join()
     assert forgotten

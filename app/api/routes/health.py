@@ -45,5 +45,7 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
 )
 async def metrics(request: Request, service: Service) -> Response:
     metrics = request.app.state.metrics
-    await metrics.refresh_queues(service.list_queues, service.configured_queues)
+    await metrics.refresh_queues(
+        service.list_queues, service.configured_queues, request.app.state.cron.entry_names
+    )
     return Response(metrics.exposition(), media_type=metrics.content_type)
