@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -59,7 +60,7 @@ def problem(
     detail: str,
     *,
     slug: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> ProblemResponse:
     """A problem+json response; `slug` names the problem type (default: the status's name)."""

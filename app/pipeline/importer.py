@@ -191,10 +191,13 @@ def _check_and_write(
                 rows(), now_ms=now_ms, max_payload_bytes=max_payload_bytes
             ):
                 if checked.reason is None:
-                    offers = pending.setdefault(row[0], [])
-                    offers.append(Offer(row[1], checked.payload, checked.scheduled_at, if_exists))
+                    queue, key = row[0], row[1]
+                    # A row without a reason has all of these (app/pipeline/rows.py).
+                    assert queue and key and checked.payload and checked.scheduled_at is not None
+                    offers = pending.setdefault(queue, [])
+                    offers.append(Offer(key, checked.payload, checked.scheduled_at, if_exists))
                     if len(offers) >= batch_size:
-                        flush(row[0])
+                        flush(queue)
                     continue
                 rejects.append((*row[:4], checked.reason))
                 if len(rejects) >= _REJECTS_BATCH:
@@ -224,6 +227,7 @@ def _batch(rejects: list[tuple]) -> pa.RecordBatch:
 def _remove(spark: SparkSession, path: str) -> None:
     """Delete a dataset Spark wrote, on whatever file system it is."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a session that is running has its JVM
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(
         hadoop_path, True
