@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -65,8 +66,8 @@ MAX_QUEUES_NOT_HOLDING = 10_000
 # stored (installed since, or uninstalled and not yet idle): one series each, so
 # installing and uninstalling made-up names in one queue costs at most this many.
 MAX_CRON_ENTRIES_NOT_STORED = 10_000
-_DELIVERIES = ("first", "redelivery")
-_POLL_RESULTS = ("messages", "empty")
+# The collectors with a queue label (the first of their labels).
+LabelledByQueue = Counter | Histogram
 
 
 class Metrics:
@@ -172,16 +173,10 @@ class Metrics:
         self._connections_open = Gauge(
             "hourglass_connections_open", "Client connections open", registry=self.registry
         )
-        # Each counter labelled by queue, with every value of its other labels (but
-        # cron entry names: QueueLabels keeps those).
-        self._queue_series: tuple[tuple[Counter | Histogram, tuple[tuple[str, ...], ...]], ...] = (
-            (self._offered, tuple((outcome.value,) for outcome in Outcome)),
-            (self._delivered, tuple((delivery,) for delivery in _DELIVERIES)),
-            (self._acknowledged, ((),)),
-            (self._dead_lettered, ((),)),
-            (self._polls, tuple((result,) for result in _POLL_RESULTS)),
-            (self._lateness, ((),)),
-        )
+        # Queue label -> the series made for it, by collector and the values of its
+        # other labels: what forgetting the queue removes, and only that (up to
+        # prometheus-client 0.21.1, removing a label set never made raises KeyError).
+        self._queue_series: dict[str, dict[tuple[LabelledByQueue, tuple[str, ...]], Any]] = {}
         self._queues_read_at: int | None = None
 
     # -- what the queue service reports (QueueEvents) ---------------------------------
@@ -189,15 +184,15 @@ class Metrics:
     def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
         label = self.queues.written(queue)
         for outcome, count in Tally(outcomes).items():
-            self._offered.labels(queue=label, outcome=outcome.value).inc(count)
+            self._series(self._offered, label, outcome.value).inc(count)
 
     def polled(self, queue: str, lease: Lease | None, now: int) -> None:
         if lease is None:
-            self._polls.labels(queue=self.queues.polled_empty(queue), result="empty").inc()
+            self._series(self._polls, self.queues.polled_empty(queue), "empty").inc()
             return
         label = self.queues.written(queue)
-        self._polls.labels(queue=label, result="messages").inc()
-        lateness = self._lateness.labels(queue=label)
+        self._series(self._polls, label, "messages").inc()
+        lateness = self._series(self._lateness, label)
         firsts = 0
         for delivery in lease.deliveries:  # one pass: polls of 100 are the hot path
             if not delivery.redelivery:
@@ -205,19 +200,33 @@ class Metrics:
                 lateness.observe(max(0, now - delivery.message.scheduled_at_initially) / 1000)
         redeliveries = len(lease.deliveries) - firsts
         if firsts:
-            self._delivered.labels(queue=label, delivery="first").inc(firsts)
+            self._series(self._delivered, label, "first").inc(firsts)
         if redeliveries:
-            self._delivered.labels(queue=label, delivery="redelivery").inc(redeliveries)
+            self._series(self._delivered, label, "redelivery").inc(redeliveries)
 
     def acknowledged(self, queue: str, count: int) -> None:
-        self._acknowledged.labels(queue=self.queues.written(queue)).inc(count)
+        self._series(self._acknowledged, self.queues.written(queue)).inc(count)
 
     def dead_lettered(self, queue: str, count: int) -> None:
-        self._dead_lettered.labels(queue=self.queues.written(queue)).inc(count)
+        self._series(self._dead_lettered, self.queues.written(queue)).inc(count)
 
     def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
         queue_label, name_label = self.queues.labels_for_cron_runs(queue, name)
-        self.cron_runs_installed.labels(queue=queue_label, name=name_label).inc(count)
+        self._series(self.cron_runs_installed, queue_label, name_label).inc(count)
+
+    def _series(self, metric: LabelledByQueue, queue: str, *other_labels: str) -> Any:
+        """The series of `metric` for `queue` and `other_labels`, made on first use.
+
+        Called right after QueueLabels stamped the queue's event, so no scrape forgets
+        the queue meanwhile (it would have to stand idle IDLE_QUEUE_SECONDS first).
+        """
+        made = self._queue_series.get(queue)
+        if made is None:
+            made = self._queue_series.setdefault(queue, {})
+        child = made.get((metric, other_labels))
+        if child is None:
+            child = made[metric, other_labels] = metric.labels(queue, *other_labels)
+        return child
 
     # -- scrape-time gauges -----------------------------------------------------------
 
@@ -259,15 +268,16 @@ class Metrics:
             self.oldest_ready_age.labels(queue=stats.queue).set(waited / 1000)
         self.queues.refresh({stats.queue for stats in queues}.union(configured), set(cron_entries))
 
-    def _remove_series(self, queue: str, cron_entries: set[str]) -> None:
-        for metric, label_tails in self._queue_series:
-            for tail in label_tails:
-                metric.remove(queue, *tail)
-        for name in cron_entries:
-            self._remove_entry_series(queue, name)
+    def _remove_series(self, queue: str) -> None:
+        """Remove every series made for `queue`."""
+        for metric, other_labels in self._queue_series.pop(queue, {}):
+            metric.remove(queue, *other_labels)
 
     def _remove_entry_series(self, queue: str, name: str) -> None:
-        self.cron_runs_installed.remove(queue, name)
+        """Remove the series made for the cron entry `name` of `queue`, if any."""
+        made = self._queue_series.get(queue, {})
+        if made.pop((self.cron_runs_installed, (name,)), None) is not None:
+            self.cron_runs_installed.remove(queue, name)
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
@@ -300,11 +310,11 @@ class QueueLabels:
     def __init__(
         self,
         clock: Clock,
-        forget_queue: Callable[[str, set[str]], object],
+        forget_queue: Callable[[str], object],
         forget_entry: Callable[[str, str], object],
     ) -> None:
         self.clock = clock
-        self._forget_queue = forget_queue  # removes a queue's series, given its entry names
+        self._forget_queue = forget_queue  # removes a queue's series
         self._forget_entry = forget_entry  # removes one entry name's series
         self._lock = threading.Lock()
         self._last_event: dict[str, int] = {}  # queue -> epoch ms
@@ -378,7 +388,8 @@ class QueueLabels:
             ]:
                 del self._last_event[queue]
                 # Within the lock: an event that labels the queue again comes after.
-                self._forget_queue(queue, set(self._entries.pop(queue, {})))
+                self._entries.pop(queue, None)
+                self._forget_queue(queue)
             not_stored = 0
             for queue, names in list(self._entries.items()):
                 for name, last_event in list(names.items()):

@@ -26,12 +26,8 @@ def _switching_threads_often() -> Iterator[None]:
 
 def test_scrapes_and_cron_runs_reported_from_storage_threads_keep_the_tables_whole():
     clock = FakeClock()
-    forgotten: list[tuple[str, set[str]]] = []
-    labels = QueueLabels(
-        clock,
-        forget_queue=lambda queue, entries: forgotten.append((queue, entries)),
-        forget_entry=lambda queue, name: None,
-    )
+    forgotten: list[str] = []
+    labels = QueueLabels(clock, forget_queue=forgotten.append, forget_entry=lambda *_: None)
     reported = 0
     reporting = threading.Event()
 
@@ -58,4 +54,4 @@ def test_scrapes_and_cron_runs_reported_from_storage_threads_keep_the_tables_who
         finally:
             reporter.join()
     assert forgotten
-    assert all(entries == {f"entry-{queue[6:]}"} for queue, entries in forgotten)
+    assert all(queue.startswith("queue-") for queue in forgotten)
