@@ -185,7 +185,10 @@ claim_candidates = (
         columns.scheduledAt,
         columns.scheduledAtInitially,
         columns.createdAt,
+        columns.lockUuid,
         columns.deliveries,
+        columns.firstDeliveredAt,
+        columns.lastDeliveredAt,
         columns.deadLetteredFrom,
         _payload_bytes.label("payload_bytes"),
         case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
@@ -237,6 +240,21 @@ claim_values_limited = (
 _claimed_ids = columns.id.in_(bindparam("ids", expanding=True))
 claim_update = update(queue_table).where(_claimed_ids).values(claim_values)
 claim_update_limited = update(queue_table).where(_claimed_ids).ordered_values(*claim_values_limited)
+
+# A poll that cannot answer gives back a row it took, by id ("claimed_id"), while its
+# lock still holds it: every column the claim set as it was (an expired lease still
+# belongs to its holder until a poll takes it, SPEC §2, so its lock comes back too).
+claim_give_back = (
+    update(queue_table)
+    .where(columns.id == bindparam("claimed_id"), columns.lockUuid == bindparam("lock_id"))
+    .values(
+        scheduledAt=bindparam("previous_scheduled_at"),
+        lockUuid=bindparam("previous_lock_id", type_=String),
+        deliveries=bindparam("previous_deliveries"),
+        firstDeliveredAt=bindparam("previous_first_delivered_at", type_=BigInteger),
+        lastDeliveredAt=bindparam("previous_last_delivered_at", type_=BigInteger),
+    )
+)
 
 # The payloads of the rows a poll took, by id, while its lock still holds them.
 claimed_payloads = select(columns.id, columns.payload).where(
@@ -449,7 +467,8 @@ queues_stats = select(*_queue_stats_columns).group_by(columns.pKind).order_by(co
 
 @dataclass(frozen=True, slots=True)
 class ClaimedRow:
-    """A row taken by a poll, with `scheduledAt` as it was before the poll.
+    """A row taken by a poll, with what the poll set (`scheduledAt`, the lock and the
+    delivery counts) as it was before.
 
     `payload` is None until read (see read_payloads); `payload_bytes` is its length."""
 
@@ -460,7 +479,10 @@ class ClaimedRow:
     previous_scheduled_at: int
     scheduled_at_initially: int
     created_at: int
+    previous_lock_id: str | None
     previous_deliveries: int
+    previous_first_delivered_at: int | None
+    previous_last_delivered_at: int | None
     dead_lettered_from: str | None
 
     def delivered(self, parameters: dict) -> bool:
@@ -523,7 +545,10 @@ def claim_select_then_update(connection: Connection, parameters: dict) -> list[C
             previous_scheduled_at=row.scheduledAt,
             scheduled_at_initially=row.scheduledAtInitially,
             created_at=row.createdAt,
+            previous_lock_id=row.lockUuid,
             previous_deliveries=row.deliveries,
+            previous_first_delivered_at=row.firstDeliveredAt,
+            previous_last_delivered_at=row.lastDeliveredAt,
             dead_lettered_from=row.deadLetteredFrom,
         )
         for row in connection.execute(claim_candidates, {**parameters, **inline})

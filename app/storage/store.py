@@ -460,21 +460,70 @@ class SqlStore:
     ) -> list[sql.ClaimedRow]:
         """`claimed` with the payloads the claim left out read, after it committed: the
         rows it left out of the answer are then free again for other polls. A message
-        updated or deleted in between is no longer the lock's, and is left out."""
+        updated or deleted in between is no longer the lock's, and is left out.
+
+        When the read fails, the rows are given back (see _give_back) and the error
+        goes up: the poll answers 503 and nobody holds what it took."""
         missing = [row for row in claimed if row.payload is None and row.delivered(parameters)]
         if not missing:
             return claimed
-        payloads = self._read(
-            lambda connection: sql.read_payloads(
-                connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
+        try:
+            payloads = self._read(
+                lambda connection: sql.read_payloads(
+                    connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
+                )
             )
-        )
+        except StorageUnavailable:
+            self._give_back(claimed, parameters)
+            raise
         read = {row.id for row in missing}
         return [
             dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
             for row in claimed
             if row.id not in read or row.id in payloads
         ]
+
+    def _give_back(self, claimed: list[sql.ClaimedRow], parameters: dict) -> None:
+        """Undo, as far as the database allows now, a claim whose answer cannot be made:
+        each delivered row its lock still holds is due when it was, held as it was (by
+        nobody, or by the holder of a lease that ran out), with the delivery counts it
+        had (so a message whose limit is one delivery is not dead-lettered for a
+        delivery nobody received). A row to dead-letter stays
+        held until its hold ends, as when dead-lettering fails.
+
+        Best effort: the database just failed a read, and may fail this too. Then the
+        rows stay leased under a lock no client knows until the lease runs out, with
+        one delivery more counted (docs/decisions/0003-the-poll-statement.md).
+        """
+        delivered = [row for row in claimed if row.delivered(parameters)]
+
+        def give_back(connection: Connection) -> int:
+            return sum(
+                connection.execute(
+                    sql.claim_give_back,
+                    {
+                        "claimed_id": row.id,
+                        "lock_id": parameters["lock_id"],
+                        "previous_scheduled_at": row.previous_scheduled_at,
+                        "previous_lock_id": row.previous_lock_id,
+                        "previous_deliveries": row.previous_deliveries,
+                        "previous_first_delivered_at": row.previous_first_delivered_at,
+                        "previous_last_delivered_at": row.previous_last_delivered_at,
+                    },
+                ).rowcount
+                for row in delivered
+            )
+
+        try:
+            self._transaction(give_back)
+        except StorageUnavailable as error:
+            log.warning(
+                "a poll of %r could not give back the %d messages it leased and cannot "
+                "answer; they come back when their lease ends: %s",
+                parameters["queue"],
+                len(delivered),
+                error,
+            )
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.

@@ -13,10 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import exc
 
+from app.domain.errors import StorageUnavailable
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.main import create_app
 from app.storage import sql
+from app.storage.store import SqlStore
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows
 
@@ -168,3 +171,72 @@ def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeyp
         "q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS
     ).deliveries
     assert (again.message.key, again.message.payload, again.redelivery) == ("a", b'"new"', False)
+
+
+def _database_gone(*arguments):
+    raise exc.OperationalError("SELECT …", {}, Exception("gone"), connection_invalidated=True)
+
+
+def test_a_poll_whose_payload_read_fails_gives_back_what_it_took(
+    client, clean_database, clock, monkeypatch
+):
+    # A message may be delivered twice: one the failed poll counted would then be
+    # dead-lettered by the next poll instead of delivered.
+    limited = client.put("/v1/queues/q/settings", json={"max_deliveries": 2})
+    assert limited.status_code == 200, limited.text
+    put(client, "q", "again", "a", delay=0)
+    assert keys_of(poll(client, "q", lease=1)) == ["again"]  # delivered once, lease lost
+    large = "x" * 200_000  # two are more than one read: read after the claim on every database
+    put(client, "q", "small", "s", delay=1)
+    put(client, "q", "large-1", large, delay=2)
+    put(client, "q", "large-2", large, delay=3)
+    clock.advance(10)
+    before = _rows_by_key(clean_database.url)
+
+    monkeypatch.setattr(sql, "read_payloads", _database_gone)
+    response = client.post("/v1/queues/q/poll", json={"max": 10})
+    assert response.status_code == 503, response.text
+    assert "retry-after" in response.headers
+    assert _rows_by_key(clean_database.url) == before  # due, held, counted as before
+    monkeypatch.undo()
+
+    polled = poll(client, "q", max=10)
+    assert [
+        (message["key"], message["delivery"], message["deliveries"])
+        for message in polled["messages"]
+    ] == [
+        ("again", "redelivery", 2),
+        ("small", "first", 1),
+        ("large-1", "first", 1),
+        ("large-2", "first", 1),
+    ]
+    assert client.get("/v1/queues/q.dead").json()["messages"] == 0
+
+
+def test_a_poll_that_can_neither_read_nor_give_back_answers_503(client, clock, monkeypatch):
+    # The window decision 3 leaves: the rows stay leased under a lock nobody knows
+    # until the lease ends, then come back as redeliveries.
+    large = "x" * 200_000
+    for key in ("large-1", "large-2"):
+        put(client, "q", key, large)
+    monkeypatch.setattr(sql, "read_payloads", _database_gone)
+    transaction = SqlStore._transaction
+
+    def giving_back_fails(store, work):
+        if work.__name__ == "give_back":
+            raise StorageUnavailable("the database is unavailable; retry shortly")
+        return transaction(store, work)
+
+    monkeypatch.setattr(SqlStore, "_transaction", giving_back_fails)
+    response = client.post("/v1/queues/q/poll", json={"max": 10, "lease": 30})
+    assert response.status_code == 503, response.text
+    assert "retry-after" in response.headers
+    monkeypatch.undo()
+
+    assert poll(client, "q", max=10)["messages"] == []  # leased
+    clock.advance(30)
+    polled = poll(client, "q", max=10)
+    assert [(message["key"], message["delivery"]) for message in polled["messages"]] == [
+        ("large-1", "redelivery"),
+        ("large-2", "redelivery"),
+    ]

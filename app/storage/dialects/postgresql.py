@@ -50,7 +50,10 @@ def _claim(limited: bool, many: bool) -> Update:
     locked = sql.claim_candidates.with_only_columns(
         sql.columns.id,
         sql.columns.scheduledAt.label("previous_scheduled_at"),
+        sql.columns.lockUuid.label("previous_lock_id"),
         sql.columns.deliveries.label("previous_deliveries"),
+        sql.columns.firstDeliveredAt.label("previous_first_delivered_at"),
+        sql.columns.lastDeliveredAt.label("previous_last_delivered_at"),
         func.length(sql.columns.payload).label("payload_bytes"),
     ).subquery("locked")
     picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
@@ -87,7 +90,10 @@ def _claim(limited: bool, many: bool) -> Update:
         picked.c.previous_scheduled_at,
         sql.columns.scheduledAtInitially,
         sql.columns.createdAt,
+        picked.c.previous_lock_id,
         picked.c.previous_deliveries,
+        picked.c.previous_first_delivered_at,
+        picked.c.previous_last_delivered_at,
         sql.columns.deadLetteredFrom,
     )
 
@@ -251,7 +257,10 @@ class PostgreSQLDialect(Dialect):
                 previous_scheduled_at=row.previous_scheduled_at,
                 scheduled_at_initially=row.scheduledAtInitially,
                 created_at=row.createdAt,
+                previous_lock_id=row.previous_lock_id,
                 previous_deliveries=row.previous_deliveries,
+                previous_first_delivered_at=row.previous_first_delivered_at,
+                previous_last_delivered_at=row.previous_last_delivered_at,
                 dead_lettered_from=row.deadLetteredFrom,
             )
             for row in connection.execute(statement, parameters)
