@@ -53,10 +53,14 @@ def message_response(message: Message, state: State) -> Response:
 
 
 def with_payload(answer: BaseModel, payload: bytes) -> bytes:
-    """`answer` as JSON, the stored `payload` bytes standing as its `payload` field
-    (whatever value the model holds there is left out)."""
-    rest = answer.model_dump_json(exclude={"payload"}).encode()
-    return b'{"payload":' + payload + b"," + rest[1:]
+    """`answer` as JSON in its model's field order, the stored `payload` bytes standing
+    as its `payload` field (whatever value the model holds there is left out)."""
+    names = list(type(answer).model_fields)
+    at = names.index("payload")
+    before, after = (
+        answer.model_dump_json(include=set(side))[1:-1] for side in (names[:at], names[at + 1 :])
+    )
+    return b"".join(_object_pieces(before, payload, after))
 
 
 def json_response(body: bytes, status_code: int = 200) -> Response:
@@ -79,11 +83,6 @@ def batch_response(keys: Sequence[str], outcomes: Sequence[Outcome]) -> Response
     return json_response(_compact(body).encode())
 
 
-def poll_body(lease: Lease | None) -> bytes:
-    """The whole answer of a poll."""
-    return b"".join(_poll_pieces(lease))
-
-
 def _poll_pieces(lease: Lease | None) -> list[bytes]:
     """A poll's answer in pieces: each stored payload as it is, between the bytes around it."""
     if lease is None:
@@ -104,18 +103,30 @@ def _poll_pieces(lease: Lease | None) -> list[bytes]:
 
 
 def _message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, bytes, bytes]:
-    """A message's fields in MessageResponse's order, then `tail` (more fields, or none):
-    the bytes before its payload, the stored payload itself, and the bytes after it."""
-    head = f'{{"queue":{_string(message.queue)},"key":{_string(message.key)},"payload":'.encode()
+    """A message's fields in MessageResponse's order, then `tail` (more members, each
+    after a comma, or none), in the pieces of _object_pieces."""
     origin = message.dead_lettered_from
-    rest = (
-        f',"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
+    return _object_pieces(
+        f'"queue":{_string(message.queue)},"key":{_string(message.key)}',
+        message.payload,
+        f'"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
         f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
         f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
         f',"deliveries":{message.deliveries}'
-        f',"dead_lettered_from":{"null" if origin is None else _string(origin)}{tail}}}'
-    ).encode()
-    return head, message.payload, rest
+        f',"dead_lettered_from":{"null" if origin is None else _string(origin)}{tail}',
+    )
+
+
+def _object_pieces(before: str, payload: bytes, after: str) -> tuple[bytes, bytes, bytes]:
+    """A JSON object with a stored payload as its "payload" member, in three pieces: the
+    bytes up to the payload, the payload itself, and the bytes after it.
+
+    `before` and `after` are the object's other members as JSON text (`"a":1,"b":2`),
+    either possibly empty; the payload is never copied.
+    """
+    head = "{" + before + ("," if before else "") + '"payload":'
+    rest = ("," + after if after else "") + "}"
+    return head.encode(), payload, rest.encode()
 
 
 async def _writes(pieces: list[bytes]) -> AsyncIterator[bytes]:

@@ -6,14 +6,10 @@ import asyncio
 import json
 
 import pytest
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, JsonValue
 
-from app.api.rendering import (
-    batch_response,
-    message_response,
-    poll_body,
-    poll_response,
-    with_payload,
-)
+from app.api.rendering import batch_response, message_response, poll_response, with_payload
 from app.api.schemas import (
     BatchResponse,
     BatchResult,
@@ -101,11 +97,23 @@ def _through_the_model(lease: Lease | None) -> dict:
     ).model_dump(mode="json")
 
 
+async def _streamed(response: StreamingResponse) -> bytes:
+    return b"".join([chunk async for chunk in response.body_iterator])
+
+
+def _poll_answer(lease: Lease | None) -> bytes:
+    """The body of a poll's answer, streamed or not."""
+    response = poll_response(lease)
+    if isinstance(response, StreamingResponse):
+        return asyncio.run(_streamed(response))
+    return response.body
+
+
 @pytest.mark.parametrize(
     "lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"]
 )
 def test_the_rendered_poll_answer_equals_the_models(lease):
-    body = poll_body(lease)
+    body = _poll_answer(lease)
     assert json.loads(body) == _through_the_model(lease)
     assert list(json.loads(body)) == ["lock_id", "messages"]
     if lease is not None:
@@ -138,12 +146,42 @@ def test_a_model_with_a_stored_payload_equals_the_model(payload):
         "updated_at": 1,
         "next_runs": [60_000, 120_000],
     }
-    rendered = with_payload(
-        CronEntryResponse(**fields, payload=None), encode_payload(payload, 1 << 20)
+    rendered = json.loads(
+        with_payload(CronEntryResponse(**fields, payload=None), encode_payload(payload, 1 << 20))
     )
-    assert json.loads(rendered) == CronEntryResponse(**fields, payload=payload).model_dump(
-        mode="json"
-    )
+    model = CronEntryResponse(**fields, payload=payload).model_dump(mode="json")
+    assert rendered == model
+    assert list(rendered) == list(model)
+
+
+class _OnlyPayload(BaseModel):
+    payload: JsonValue
+
+
+class _PayloadFirst(BaseModel):
+    payload: JsonValue
+    after: int
+
+
+class _PayloadLast(BaseModel):
+    before: str
+    payload: JsonValue
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        _OnlyPayload(payload=None),
+        _PayloadFirst(payload=None, after=1),
+        _PayloadLast(before='"', payload=None),
+    ],
+    ids=["only", "first", "last"],
+)
+def test_a_stored_payload_takes_its_place_in_any_model(model):
+    rendered = json.loads(with_payload(model, b'{"stored":[1,2]}'))
+    expected = model.model_copy(update={"payload": {"stored": [1, 2]}}).model_dump(mode="json")
+    assert rendered == expected
+    assert list(rendered) == list(expected)
 
 
 def test_the_rendered_batch_answer_equals_the_models():
@@ -203,19 +241,15 @@ def test_a_poll_answer_is_within_its_payloads_and_an_envelope_per_message(count)
     # The store cuts a poll by this count (sql.ClaimedRow.answer_bytes) before any
     # payload is read: the rendered answer must never be larger.
     payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
-    body = poll_body(_widest_lease(payloads))
+    body = _poll_answer(_widest_lease(payloads))
     assert len(body) <= sum(map(len, payloads)) + count * POLL_MESSAGE_ENVELOPE_BYTES
 
 
-async def _streamed(lease: Lease) -> bytes:
-    response = poll_response(lease)
-    return b"".join([chunk async for chunk in response.body_iterator])
-
-
-def test_a_large_poll_answer_is_streamed_as_the_same_bytes():
+def test_a_large_poll_answer_is_streamed_with_its_length():
     lease = _widest_lease([b'"' + bytes([97 + index]) * 100_000 + b'"' for index in range(5)])
     response = poll_response(lease)
-    assert response.headers["content-length"] == str(len(poll_body(lease)))
-    assert asyncio.run(_streamed(lease)) == poll_body(lease)
-    small = _lease(False)
-    assert poll_response(small).body == poll_body(small)  # one write: not streamed
+    assert isinstance(response, StreamingResponse)
+    body = asyncio.run(_streamed(response))
+    assert response.headers["content-length"] == str(len(body))
+    assert json.loads(body) == _through_the_model(lease)
+    assert not isinstance(poll_response(_lease(False)), StreamingResponse)  # one write
