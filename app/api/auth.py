@@ -22,7 +22,8 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import ProblemResponse, problem
+from app.api.errors import ProblemResponse, domain_problem, problem
+from app.domain.errors import QueueForbidden
 from app.domain.messages import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
@@ -86,8 +87,7 @@ class BearerTokens:
         rule = self.rules[found]
         queue = _queue_of(scope["path"])
         if queue is not None and not rule.allows(queue):
-            response = problem(403, f"this token may not use queue {queue!r}", slug="forbidden")
-            await response(scope, receive, send)
+            await domain_problem(QueueForbidden(queue))(scope, receive, send)
             return
         scope.setdefault("state", {})["queue_filter"] = rule.allows
         await self.app(scope, receive, send)

@@ -85,15 +85,22 @@ def unavailable(detail: str) -> ProblemResponse:
     )
 
 
-async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
-    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))  # type: ignore[arg-type]
+def domain_problem(error: errors.HourglassError) -> ProblemResponse:
+    """The answer to a domain error: its status, problem type and message."""
+    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
     if status == 503:
+        return unavailable(str(error))
+    return problem(status, str(error), slug=slug)
+
+
+async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
+    assert isinstance(error, errors.HourglassError)
+    if isinstance(error, errors.StorageUnavailable):
         # The detail is ours; the driver's words (hosts, users) go to the log only.
         logger.warning("%s (%s)", error, error.__cause__)
         if metrics := getattr(request.app.state, "metrics", None):
             metrics.error("database_unavailable")
-        return unavailable(str(error))
-    return problem(status, str(error), slug=slug)
+    return domain_problem(error)
 
 
 async def _validation_error(_request: Request, error: Exception) -> ProblemResponse:

@@ -24,13 +24,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 
 from app.domain.cron import HASH_LENGTH
+from app.domain.formats import from_epoch_ms, to_epoch_ms
 
 _DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Runs are printable instants (years 0001-9999) whose local day exists in every zone:
 # a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
-EARLIEST_AFTER_MS = (datetime(1, 1, 3, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
-LATEST_RUN_MS = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+EARLIEST_AFTER_MS = to_epoch_ms(datetime(1, 1, 3, tzinfo=UTC))
+LATEST_RUN_MS = to_epoch_ms(datetime(9999, 12, 30, tzinfo=UTC))
 # Cron expressions and daily times run on whole minutes, at least a minute apart.
 _MINUTE_MS = 60_000
 # Shortest and longest `every`: a second (cron's own grain is a minute), a century.
@@ -146,9 +146,9 @@ def _runs_after(schedule: Schedule, after: int) -> Iterator[int]:
         if schedule.every is not None:
             yield from _every(round(schedule.every * 1000), after)
         elif schedule.cron is not None:
-            start = _to_datetime(after).astimezone(schedule.zone)
+            start = from_epoch_ms(after).astimezone(schedule.zone)
             for moment in CronSim(schedule.cron, start):
-                yield _to_epoch_ms(moment)
+                yield to_epoch_ms(moment)
         else:
             yield from _daily(tuple(schedule.daily or ()), schedule.zone, after)
     except OverflowError:
@@ -168,7 +168,7 @@ def _every(period_ms: int, after: int) -> Iterator[int]:
 
 def _daily(times: tuple[str, ...], zone: ZoneInfo, after: int) -> Iterator[int]:
     wall_times = sorted({time(int(entry[:2]), int(entry[3:])) for entry in times})
-    day = _to_datetime(after).astimezone(zone).date() - timedelta(days=1)
+    day = from_epoch_ms(after).astimezone(zone).date() - timedelta(days=1)
     last = after
     while True:
         for wall in wall_times:
@@ -189,7 +189,7 @@ def _local_instant(wall: datetime, zone: ZoneInfo) -> int:
     for _ in range(48 * 60):  # a whole skipped day (Pacific/Apia, 2011-12-30) included
         aware = candidate.replace(tzinfo=zone, fold=0)
         if aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == candidate:
-            return _to_epoch_ms(aware)
+            return to_epoch_ms(aware)
         candidate += timedelta(minutes=1)
     raise AssertionError(f"no valid local time within two days after {wall} in {zone}")
 
@@ -206,11 +206,3 @@ def config_hash(schedule: Schedule, payload: bytes) -> str:
     """What identifies an entry's configuration: its schedule, zone and payload."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:HASH_LENGTH]
-
-
-def _to_datetime(epoch_ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
-
-
-def _to_epoch_ms(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(milliseconds=1)

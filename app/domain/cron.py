@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+
+from app.domain.formats import from_epoch_ms
 
 # The escape character of run_key_pattern's LIKE patterns.
 LIKE_ESCAPE = "\\"
 # A configuration hash's length in a run key, and the length of its time.
 HASH_LENGTH = 16
 _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class CronInstall:
 
 def run_key(name: str, hash_: str, run: int) -> str:
     """The message key of one run: `{name}/{config_hash}/{UTC YYYYMMDD-HHMMSS.mmm}`."""
-    moment = _EPOCH + timedelta(milliseconds=run)
+    moment = from_epoch_ms(run)
     return f"{name}/{hash_}/{moment:%Y%m%d-%H%M%S}.{moment.microsecond // 1000:03d}"
 
 

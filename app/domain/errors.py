@@ -40,7 +40,11 @@ class InvalidSettings(HourglassError):
 
 
 class QueueForbidden(HourglassError):
-    """The request's token may not use a queue the request names in its body."""
+    """The request's token may not use a queue the request names, in its path or beyond."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"this token may not use queue {queue!r}")
+        self.queue = queue
 
 
 class PurgeNotConfirmed(HourglassError):

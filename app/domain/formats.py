@@ -25,12 +25,17 @@ LATEST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) /
 @lru_cache(maxsize=16384)
 def format_timestamp(epoch_ms: int) -> str:
     """`2026-11-26T09:00:00.000Z` for an epoch-millisecond instant."""
-    moment = _EPOCH + timedelta(milliseconds=epoch_ms)
+    moment = from_epoch_ms(epoch_ms)
     return (
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
         f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}."
         f"{moment.microsecond // 1000:03d}Z"
     )
+
+
+def from_epoch_ms(epoch_ms: int) -> datetime:
+    """The UTC datetime of an epoch-millisecond instant."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
 
 
 def to_epoch_ms(moment: datetime) -> int:

@@ -471,4 +471,4 @@ _LOCK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 def _check_allowed(may_use: QueueFilter, queue: str) -> None:
     """A request limited to some queues may not send messages to a queue outside them."""
     if not may_use(queue):
-        raise QueueForbidden(f"this token may not use queue {queue!r}")
+        raise QueueForbidden(queue)
