@@ -180,12 +180,13 @@ def test_a_token_cannot_send_its_dead_letters_outside_its_queues(team, clean_dat
 def test_a_queue_outside_the_token_is_one_problem_in_the_path_and_beyond_it(team):
     in_path = team.put("/v1/queues/billing/messages/k", json={"payload": 1})
     beyond = team.put("/v1/queues/team-a/settings", json={"dead_letter_queue": "billing"})
-    assert in_path.json() == beyond.json() == {
+    forbidden = {
         "type": "urn:hourglass:problem:forbidden",
         "title": "Forbidden",
         "status": 403,
         "detail": "this token may not use queue 'billing'",
     }
+    assert in_path.json() == beyond.json() == forbidden
 
 
 def test_a_token_cannot_set_a_limit_whose_default_dead_letter_queue_it_may_not_use(
