@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             clock,
             service.notifier,
             max_payload_bytes=settings.max_payload_bytes,
-            runs_installed=metrics.cron_runs_installed_by,
+            runs_installed=metrics.cron_runs_installed,
             failed=metrics.error,
         )
         manager = cron_manager(app.state.cron)

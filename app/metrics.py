@@ -92,7 +92,7 @@ class Metrics:
             registry=self.registry,
         )
 
-        self.cron_runs_installed = Counter(
+        self._cron_runs_installed = Counter(
             "hourglass_cron_runs_installed",
             "Cron runs installed as messages (each run once, whichever replica installs it)",
             ["queue", "name"],
@@ -182,15 +182,15 @@ class Metrics:
     # -- what the queue service reports (QueueEvents) ---------------------------------
 
     def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
-        label = self.queues.written(queue)
+        label = self.queues.label_for_write(queue)
         for outcome, count in Tally(outcomes).items():
             self._series(self._offered, label, outcome.value).inc(count)
 
     def polled(self, queue: str, lease: Lease | None, now: int) -> None:
         if lease is None:
-            self._series(self._polls, self.queues.polled_empty(queue), "empty").inc()
+            self._series(self._polls, self.queues.label_for_empty_poll(queue), "empty").inc()
             return
-        label = self.queues.written(queue)
+        label = self.queues.label_for_write(queue)
         self._series(self._polls, label, "messages").inc()
         lateness = self._series(self._lateness, label)
         firsts = 0
@@ -205,14 +205,14 @@ class Metrics:
             self._series(self._delivered, label, "redelivery").inc(redeliveries)
 
     def acknowledged(self, queue: str, count: int) -> None:
-        self._series(self._acknowledged, self.queues.written(queue)).inc(count)
+        self._series(self._acknowledged, self.queues.label_for_write(queue)).inc(count)
 
     def dead_lettered(self, queue: str, count: int) -> None:
-        self._series(self._dead_lettered, self.queues.written(queue)).inc(count)
+        self._series(self._dead_lettered, self.queues.label_for_write(queue)).inc(count)
 
-    def cron_runs_installed_by(self, queue: str, name: str, count: int) -> None:
+    def cron_runs_installed(self, queue: str, name: str, count: int) -> None:
         queue_label, name_label = self.queues.labels_for_cron_runs(queue, name)
-        self._series(self.cron_runs_installed, queue_label, name_label).inc(count)
+        self._series(self._cron_runs_installed, queue_label, name_label).inc(count)
 
     def _series(self, metric: LabelledByQueue, queue: str, *other_labels: str) -> Any:
         """The series of `metric` for `queue` and `other_labels`, made on first use.
@@ -276,8 +276,8 @@ class Metrics:
     def _remove_entry_series(self, queue: str, name: str) -> None:
         """Remove the series made for the cron entry `name` of `queue`, if any."""
         made = self._queue_series.get(queue, {})
-        if made.pop((self.cron_runs_installed, (name,)), None) is not None:
-            self.cron_runs_installed.remove(queue, name)
+        if made.pop((self._cron_runs_installed, (name,)), None) is not None:
+            self._cron_runs_installed.remove(queue, name)
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
@@ -329,12 +329,12 @@ class QueueLabels:
         self._stored_entries: frozenset[tuple[str, str]] = frozenset()
         self._entries_not_stored = 0
 
-    def written(self, queue: str) -> str:
+    def label_for_write(self, queue: str) -> str:
         """The label for an event that shows `queue` holds, or held, something."""
         with self._lock:
-            return self._written(queue)
+            return self._label_for_write(queue)
 
-    def _written(self, queue: str) -> str:
+    def _label_for_write(self, queue: str) -> str:
         if (
             queue not in self._last_event
             and len(self._last_event) - len(self._holding) >= MAX_QUEUES_NOT_HOLDING
@@ -346,7 +346,7 @@ class QueueLabels:
     def labels_for_cron_runs(self, queue: str, name: str) -> tuple[str, str]:
         """The queue and name labels for runs installed for the cron entry `name`."""
         with self._lock:
-            queue_label = self._written(queue)
+            queue_label = self._label_for_write(queue)
             if queue_label == OTHER_QUEUES:
                 return OTHER_QUEUES, OTHER_QUEUES
             names = self._entries.setdefault(queue, {})
@@ -359,7 +359,7 @@ class QueueLabels:
             names[name] = self.clock.now_ms()
             return queue, name
 
-    def polled_empty(self, queue: str) -> str:
+    def label_for_empty_poll(self, queue: str) -> str:
         """The label for an empty poll: the queue's own only if it has series already."""
         with self._lock:
             if queue not in self._last_event:

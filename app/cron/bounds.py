@@ -15,7 +15,7 @@ by count and by payload bytes, and never below one run:
 
 Which stored runs go and which new ones come, within these bounds, is decided by
 the storage's transaction that holds the entry's row (app/domain/cron.py:
-runs_to_keep, runs_to_install).
+kept_run_count, runs_to_install).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def run_key_range(name: str, hash_: str | None = None) -> tuple[str, str]:
 # below is "greater key".
 
 
-def runs_to_keep(stored: Sequence[str], limit: int, due_until: str, keep_until: str) -> int:
+def kept_run_count(stored: Sequence[str], limit: int, due_until: str, keep_until: str) -> int:
     """How many of an entry's stored run keys (of one configuration, sorted) stay: a prefix.
 
     The runs after it go: those due after `keep_until` (installed further ahead than the

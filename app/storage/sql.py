@@ -485,15 +485,17 @@ class ClaimedRow:
     previous_last_delivered_at: int | None
     dead_lettered_from: str | None
 
-    def delivered(self, parameters: dict) -> bool:
-        """Whether the poll with `parameters` delivers this row (it is not one to dead-letter)."""
-        limit = parameters.get("max_deliveries")
-        return limit is None or self.previous_deliveries < limit
+    def delivered(self, max_deliveries: int | None) -> bool:
+        """Whether a poll in a queue with that delivery limit (None: none) delivers this
+        row, rather than holding it to dead-letter."""
+        return max_deliveries is None or self.previous_deliveries < max_deliveries
 
-    def answer_bytes(self, parameters: dict) -> int:
-        """What the row adds to the answer of the poll with `parameters`, at most: its
-        payload and the fields around it, or nothing when it is not delivered."""
-        return self.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES if self.delivered(parameters) else 0
+    def answer_bytes(self, max_deliveries: int | None) -> int:
+        """What the row adds to the answer of a poll in a queue with that delivery limit,
+        at most: its payload and the fields around it, or nothing when it is not delivered."""
+        if not self.delivered(max_deliveries):
+            return 0
+        return self.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
 
 
 def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
@@ -553,7 +555,7 @@ def claim_select_then_update(connection: Connection, parameters: dict) -> list[C
         )
         for row in connection.execute(claim_candidates, {**parameters, **inline})
     ]
-    sizes = [row.answer_bytes(parameters) for row in rows]
+    sizes = [row.answer_bytes(parameters.get("max_deliveries")) for row in rows]
     rows = rows[: answer_length(sizes, parameters["max_bytes"])]
     if not rows:
         return []

@@ -26,11 +26,11 @@ from app.domain.cron import (
     CronEntry,
     CronInstall,
     InstallOutcome,
+    kept_run_count,
     run_key,
     run_key_pattern,
     run_key_range,
     runs_to_install,
-    runs_to_keep,
 )
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import (
@@ -425,7 +425,12 @@ class SqlStore:
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
         run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
-        claimed = self._with_payloads(claimed, parameters)
+        try:
+            claimed = self._with_payloads(claimed, lock_id, max_deliveries)
+        except StorageUnavailable:
+            # The poll answers 503: nobody may be left holding what it took.
+            self._give_back(queue, claimed, lock_id, max_deliveries)
+            raise
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
             Delivery(
@@ -443,7 +448,7 @@ class SqlStore:
                 redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
             )
             for row in claimed
-            if row.delivered(parameters)
+            if row.delivered(max_deliveries)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):
@@ -456,26 +461,19 @@ class SqlStore:
         return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
 
     def _with_payloads(
-        self, claimed: list[sql.ClaimedRow], parameters: dict
+        self, claimed: list[sql.ClaimedRow], lock_id: str, max_deliveries: int | None
     ) -> list[sql.ClaimedRow]:
         """`claimed` with the payloads the claim left out read, after it committed: the
         rows it left out of the answer are then free again for other polls. A message
-        updated or deleted in between is no longer the lock's, and is left out.
-
-        When the read fails, the rows are given back (see _give_back) and the error
-        goes up: the poll answers 503 and nobody holds what it took."""
-        missing = [row for row in claimed if row.payload is None and row.delivered(parameters)]
+        updated or deleted in between is no longer the lock's, and is left out."""
+        missing = [row for row in claimed if row.payload is None and row.delivered(max_deliveries)]
         if not missing:
             return claimed
-        try:
-            payloads = self._read(
-                lambda connection: sql.read_payloads(
-                    connection, self.dialect.claimed_payloads, missing, parameters["lock_id"]
-                )
+        payloads = self._read(
+            lambda connection: sql.read_payloads(
+                connection, self.dialect.claimed_payloads, missing, lock_id
             )
-        except StorageUnavailable:
-            self._give_back(claimed, parameters)
-            raise
+        )
         read = {row.id for row in missing}
         return [
             dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
@@ -483,7 +481,9 @@ class SqlStore:
             if row.id not in read or row.id in payloads
         ]
 
-    def _give_back(self, claimed: list[sql.ClaimedRow], parameters: dict) -> None:
+    def _give_back(
+        self, queue: str, claimed: list[sql.ClaimedRow], lock_id: str, max_deliveries: int | None
+    ) -> None:
         """Undo, as far as the database allows now, a claim whose answer cannot be made:
         each delivered row its lock still holds is due when it was, held as it was (by
         nobody, or by the holder of a lease that ran out), with the delivery counts it
@@ -495,7 +495,7 @@ class SqlStore:
         rows stay leased under a lock no client knows until the lease runs out, with
         one delivery more counted (docs/decisions/0003-the-poll-statement.md).
         """
-        delivered = [row for row in claimed if row.delivered(parameters)]
+        delivered = [row for row in claimed if row.delivered(max_deliveries)]
 
         def give_back(connection: Connection) -> int:
             return sum(
@@ -503,7 +503,7 @@ class SqlStore:
                     sql.claim_give_back,
                     {
                         "claimed_id": row.id,
-                        "lock_id": parameters["lock_id"],
+                        "lock_id": lock_id,
                         "previous_scheduled_at": row.previous_scheduled_at,
                         "previous_lock_id": row.previous_lock_id,
                         "previous_deliveries": row.previous_deliveries,
@@ -520,7 +520,7 @@ class SqlStore:
             log.warning(
                 "a poll of %r could not give back the %d messages it leased and cannot "
                 "answer; they come back when their lease ends: %s",
-                parameters["queue"],
+                queue,
                 len(delivered),
                 error,
             )
@@ -814,7 +814,7 @@ class SqlStore:
 
         The entry's stored runs (of its configuration, in any state) lose those due after
         `keep_until` and, past `limit`, the latest not yet due (app/domain/cron.py:
-        runs_to_keep); then `runs` (earliest first) whose keys are free go in while
+        kept_run_count); then `runs` (earliest first) whose keys are free go in while
         fewer than `limit` are stored. The entry's row is locked for the transaction:
         replicas installing runs of one entry take turns, so the count is exact, and a
         change or an uninstall waits, and its delete of the old runs then sees these.
@@ -828,15 +828,15 @@ class SqlStore:
             if current is None or current.configHash != entry.config_hash:
                 return None
             stored = sorted(connection.execute(statements.keys, of_configuration).scalars())
-            keep = runs_to_keep(
+            kept = kept_run_count(
                 stored,
                 limit,
                 due_until=run_key(entry.name, entry.config_hash, now),
                 keep_until=run_key(entry.name, entry.config_hash, keep_until),
             )
             removed = 0
-            if keep < len(stored):
-                after = {"after_key": stored[keep - 1]} if keep else {}
+            if kept < len(stored):
+                after = {"after_key": stored[kept - 1]} if kept else {}
                 removed = self._remove_on(
                     connection, statements.delete_pending, {**of_configuration, **after}, now
                 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
-from app.domain.cron import runs_to_install, runs_to_keep
+from app.domain.cron import kept_run_count, runs_to_install
 
 
 @pytest.mark.parametrize(
@@ -36,29 +36,29 @@ NOW = _keys(30)[0]  # 09:30
 
 def test_runs_within_the_limit_and_the_lookahead_all_stay():
     stored = _keys(10, 20, 31, 32, 33)
-    assert runs_to_keep(stored, 5, due_until=NOW, keep_until=_keys(59)[0]) == 5
+    assert kept_run_count(stored, 5, due_until=NOW, keep_until=_keys(59)[0]) == 5
 
 
 def test_the_latest_runs_ahead_go_past_the_limit():
     stored = _keys(31, 32, 33, 34, 35, 36)
-    assert runs_to_keep(stored, 4, due_until=NOW, keep_until=_keys(59)[0]) == 4
+    assert kept_run_count(stored, 4, due_until=NOW, keep_until=_keys(59)[0]) == 4
 
 
 def test_runs_after_the_lookahead_go_even_within_the_limit():
     stored = _keys(29, 31, 40, 50)
-    assert runs_to_keep(stored, 10, due_until=NOW, keep_until=_keys(40)[0]) == 3
+    assert kept_run_count(stored, 10, due_until=NOW, keep_until=_keys(40)[0]) == 3
 
 
 def test_a_run_that_is_due_stays_however_many_wait():
     stored = _keys(1, 2, 3, 4, 5, 6, 31, 32)
     # Six due, limit 4: the due ones stay, every run ahead goes.
-    assert runs_to_keep(stored, 4, due_until=NOW, keep_until=_keys(59)[0]) == 6
+    assert kept_run_count(stored, 4, due_until=NOW, keep_until=_keys(59)[0]) == 6
     # Due at the very instant counts as due.
-    assert runs_to_keep(_keys(30, 31), 1, due_until=NOW, keep_until=_keys(59)[0]) == 1
+    assert kept_run_count(_keys(30, 31), 1, due_until=NOW, keep_until=_keys(59)[0]) == 1
 
 
 def test_nothing_stored_keeps_nothing():
-    assert runs_to_keep([], 3, due_until=NOW, keep_until=_keys(59)[0]) == 0
+    assert kept_run_count([], 3, due_until=NOW, keep_until=_keys(59)[0]) == 0
 
 
 def test_runs_to_install_skips_the_stored_and_fills_the_room():

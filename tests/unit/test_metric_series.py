@@ -53,8 +53,8 @@ def test_forgetting_removes_only_the_series_made(strict_removal):
     clock = FakeClock()
     metrics = Metrics(clock=clock)
     metrics.offered("offered-only", [Outcome.CREATED])  # no poll, ack or dead letter series
-    metrics.cron_runs_installed_by("timed", "gone", 1)
-    metrics.cron_runs_installed_by("timed", "kept", 2)
+    metrics.cron_runs_installed("timed", "gone", 1)
+    metrics.cron_runs_installed("timed", "kept", 2)
     # "configured-only" holds settings and never had an event: no series at all.
     _refresh(metrics, ["timed"], ["configured-only"], [("timed", "kept")])
 
