@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from functools import cache
 from typing import Any, ClassVar
 
@@ -26,7 +27,7 @@ from sqlalchemy.sql.dml import Delete, Insert
 
 from app.queue.errors import PayloadTooLarge
 from app.storage import sql
-from app.storage.dialects.base import Dialect
+from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, keep_alive
 from app.storage.tables import delivery_history
 
 _DUPLICATE_ENTRY = 1062
@@ -47,8 +48,14 @@ _UNAVAILABLE = {
 _REMOVAL_BATCH = 1000
 # Set on every connection. SHOW WARNINGS lists at most max_error_count rows (64 by
 # default), fewer than a 200-row INSERT IGNORE over existing keys raises: every one
-# must be seen. A lock wait gives up after 5 s, not InnoDB's 50, and answers 503.
-_SESSION = "SET SESSION max_error_count = 65535, innodb_lock_wait_timeout = 5"
+# must be seen. A wait for a row lock (InnoDB's, 50 s by default) or a table lock
+# (lock_wait_timeout, a day by default) gives up after the lock bound, in whole
+# seconds, and any statement after the statement bound (max_statement_time, off by
+# default): each answers 503.
+_SESSION = (
+    "SET SESSION max_error_count = 65535, innodb_lock_wait_timeout = {lock_wait}, "
+    "lock_wait_timeout = {lock_wait}, max_statement_time = {statement}"
+)
 
 
 class MariaDBInsertError(RuntimeError):
@@ -86,6 +93,13 @@ class MariaDBDialect(Dialect):
         return hashlib.sha256(payload).hexdigest()
 
     def engine_options(self) -> dict[str, Any]:
+        bounds = self.bounds
+        session = _SESSION.format(
+            lock_wait=max(1, math.ceil(bounds.lock_wait)), statement=bounds.statement
+        )
+        # The client's own bound on waiting for an answer (the socket's, whole seconds):
+        # past it, a server or network gone silent is given up, the connection closed.
+        answer_deadline = math.ceil(bounds.answer_deadline)
         return {
             "isolation_level": "READ COMMITTED",
             # The server closes connections idle for wait_timeout (8 hours by default).
@@ -95,9 +109,11 @@ class MariaDBDialect(Dialect):
             # call for nothing. A connection closed mid-transaction still rolls back.
             "pool_reset_on_return": None,
             "connect_args": {
-                "init_command": _SESSION,
+                "init_command": session,
                 "charset": "utf8mb4",
-                "connect_timeout": 5,
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                "read_timeout": answer_deadline,
+                "write_timeout": answer_deadline,
                 # Payloads go as _binary'…' literals, never read as utf8mb4 text.
                 "binary_prefix": True,
             },
@@ -105,7 +121,9 @@ class MariaDBDialect(Dialect):
 
     def configure_engine(self, engine: Engine) -> None:
         @event.listens_for(engine, "connect")
-        def _learn_packet_size(dbapi_connection: Any, _record: object) -> None:
+        def _on_connect(dbapi_connection: Any, _record: object) -> None:
+            keep_alive(dbapi_connection.fileno())  # mysqlclient has no option for it
+            # Learn the packet size the batch statements must fit in.
             cursor = dbapi_connection.cursor()
             try:
                 cursor.execute("SELECT @@max_allowed_packet")

@@ -30,7 +30,14 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.storage import sql
-from app.storage.dialects.base import Dialect
+from app.storage.dialects.base import (
+    CONNECT_TIMEOUT_SECONDS,
+    KEEPALIVE_IDLE_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+    KEEPALIVE_PROBES,
+    UNACKNOWLEDGED_SECONDS,
+    Dialect,
+)
 from app.storage.tables import delayed_queue as queue_table
 from app.storage.tables import delivery_history
 
@@ -136,6 +143,9 @@ SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
+# A bound of the session was reached (503): lock_not_available (lock_timeout),
+# query_canceled (statement_timeout), idle_in_transaction_session_timeout.
+_BOUND_REACHED_SQLSTATES = {"55P03", "57014", "25P03"}
 _UNDEFINED_TABLE = "42P01"
 _UNIQUE_VIOLATION = "23505"
 
@@ -158,7 +168,25 @@ class PostgreSQLDialect(Dialect):
         return hashlib.sha256(payload).digest()
 
     def engine_options(self) -> dict[str, Any]:
-        return {"connect_args": {"connect_timeout": 5, "options": SESSION_OPTIONS}}
+        bounds = self.bounds
+        options = (
+            f"{SESSION_OPTIONS} -c lock_timeout={_ms(bounds.lock_wait)} "
+            f"-c statement_timeout={_ms(bounds.statement)} "
+            # A transaction left idle this long belongs to a client that went silent
+            # mid-way: the server ends it, and its row locks go with it.
+            f"-c idle_in_transaction_session_timeout={_ms(bounds.answer_deadline)}"
+        )
+        return {
+            "connect_args": {
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                "options": options,
+                "keepalives": 1,
+                "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
+                "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+                "keepalives_count": KEEPALIVE_PROBES,
+                "tcp_user_timeout": UNACKNOWLEDGED_SECONDS * 1000,
+            }
+        }
 
     def configure_engine(self, engine: Engine) -> None:
         @event.listens_for(engine, "connect")
@@ -236,8 +264,15 @@ class PostgreSQLDialect(Dialect):
         # Connection failures, admin shutdown, cancelled statements: all OperationalError.
         if error.connection_invalidated:
             return True
+        if getattr(error.orig, "sqlstate", None) in _BOUND_REACHED_SQLSTATES:
+            return True
         driver_error = (psycopg.OperationalError, psycopg.InterfaceError)
         return isinstance(error.orig, driver_error) and not self.is_retryable(error)
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+
+
+def _ms(seconds: float) -> int:
+    """A duration setting's value: whole milliseconds, at least one (0 turns a bound off)."""
+    return max(1, round(seconds * 1000))
