@@ -1,0 +1,80 @@
+"""Bounded waits: a statement blocked by a lock held from outside answers 503 with
+Retry-After within the lock bound (or the statement bound), leaves nothing waiting in
+the database, and the same key is served again once the lock goes."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.conftest import SERVERS, Database, FakeClock, truncate_all
+from tests.helpers import put
+from tests.locking import busy_sessions, locked_from_outside
+
+# Seconds: short, so the tests are; the waits measured must fall within a margin of them.
+SHORT = 1.0
+LONG = 30.0
+MARGIN = 2.5  # a busy 2-core machine's scheduling, on top of the bound
+
+
+@contextmanager
+def bounded_client(database: Database, lock_timeout: float, statement_timeout: float):
+    """The app on `database` (tables emptied) with these bounds, over HTTP in process."""
+    truncate_all(database.url)
+    settings = database.settings(lock_timeout=lock_timeout, statement_timeout=statement_timeout)
+    with TestClient(create_app(settings, clock=FakeClock())) as client:
+        yield client
+
+
+def _timed_offer(client: TestClient, key: str, payload: object):
+    """The offer's answer and how long it took; a failure when it takes much longer than
+    the bounds here (then the lock's release lets it end)."""
+
+    def offer():
+        started = time.monotonic()
+        response = put(client, "q", key, payload)
+        return response, time.monotonic() - started
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(offer).result(timeout=SHORT + 2 * MARGIN)
+    finally:
+        pool.shutdown(wait=False)  # a request still waiting ends with the lock
+
+
+def test_an_offer_waiting_on_a_lock_answers_503_within_the_lock_bound(database):
+    with bounded_client(database, lock_timeout=SHORT, statement_timeout=LONG) as client:
+        assert put(client, "q", "k", 1).status_code == 201
+        with locked_from_outside(database.url, "q") as locker:
+            response, waited = _timed_offer(client, "k", 2)
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            assert int(response.headers["retry-after"]) >= 1
+            assert SHORT * 0.9 <= waited <= SHORT + MARGIN, waited
+            # Nothing of the service's is left waiting on the lock, or in a transaction.
+            assert busy_sessions(database.url, locker) == []
+        response, _ = _timed_offer(client, "k", 3)
+        assert (response.status_code, response.json()["outcome"]) == (200, "updated")
+        assert client.get("/v1/queues/q/messages/k").json()["payload"] == 3
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_statement_past_the_statement_bound_answers_503(server, request):
+    # SQLite has no bound on a statement's time, only its busy timeout (above).
+    database = Database(server, request.getfixturevalue(f"{server}_url"))
+    with bounded_client(database, lock_timeout=LONG, statement_timeout=SHORT) as client:
+        assert put(client, "q", "k", 1).status_code == 201
+        with locked_from_outside(database.url, "q") as locker:
+            # The lock would be waited on for LONG; the statement is cancelled after SHORT.
+            response, waited = _timed_offer(client, "k", 2)
+            assert response.status_code == 503, response.text
+            assert int(response.headers["retry-after"]) >= 1
+            assert waited <= SHORT + MARGIN, waited
+            assert busy_sessions(database.url, locker) == []
+        response, _ = _timed_offer(client, "k", 3)
+        assert response.status_code == 200
