@@ -51,8 +51,8 @@ class TcpProxy:
         self._call(self._set_flowing(True))
 
     def close(self) -> None:
-        self._call(self._set_flowing(True))  # no forwarder stays waiting
         self._call(self._cut())
+        self._call(self._end_forwarding())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
@@ -71,6 +71,13 @@ class TcpProxy:
             self._flowing.set()
         else:
             self._flowing.clear()
+
+    async def _end_forwarding(self) -> None:
+        """End every forwarder still running (one held, say)."""
+        forwarders = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in forwarders:
+            task.cancel()
+        await asyncio.gather(*forwarders, return_exceptions=True)
 
     async def _cut(self) -> None:
         server, self._server = self._server, None
