@@ -545,8 +545,19 @@ class SqlStore:
         return [stats[queue] for queue in sorted(stats)]
 
     def queue_purge(self, queue: str, now: int) -> int:
-        """Delete every message of the queue; how many there were."""
-        return self._remove(sql.queue_purge, {"queue": queue}, now)
+        """Delete every message of the queue; how many there were.
+
+        A queue may hold millions of messages, and one DELETE of them all would outlast
+        the statement bound: the dialect removes them in pages, one transaction still.
+        """
+        parameters: dict[str, Any] = {"queue": queue}
+        if self.record_history:
+            parameters |= {"outcome": Finish.DROPPED.value, "now": now}
+        return self._transaction(
+            lambda connection: self.dialect.remove_in_pages(
+                connection, sql.queue_purge, parameters, record=self.record_history
+            )
+        )
 
     # -- queue settings and history ------------------------------------------------
 

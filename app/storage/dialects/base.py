@@ -139,6 +139,18 @@ class Dialect:
         connection.execute(removal.record, parameters)
         return connection.execute(removal.delete, parameters).rowcount
 
+    def remove_in_pages(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> int:
+        """Remove every row `removal` matches, however many (a purge), in the caller's
+        transaction, recording them in the history when `record`; how many.
+
+        No statement may outlast the statement bound, so a database that has one
+        removes page by page. Here in one go: right for SQLite, which has none."""
+        if record:
+            return self.remove_recorded(connection, removal, parameters)
+        return connection.execute(removal.delete, parameters).rowcount
+
     def check_payload(self, payload: bytes) -> None:
         """Raise PayloadTooLarge for a stored payload the database cannot take."""
 

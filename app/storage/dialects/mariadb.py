@@ -166,8 +166,21 @@ class MariaDBDialect(Dialect):
         # goes on in pages of ids, locked in id order, up to the greatest id there was
         # when it began: memory stays bounded, and each page starts where the last one
         # ended instead of stepping again over the rows this transaction deleted.
+        return self._remove_paged(connection, removal, parameters, record=True)
+
+    def remove_in_pages(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> int:
+        # Without the history too: a DELETE of a whole queue could outlast the
+        # statement bound (max_statement_time).
+        return self._remove_paged(connection, removal, parameters, record=record)
+
+    def _remove_paged(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> int:
         gone = connection.execute(self._deleting(removal), parameters).all()
-        self._record(connection, gone, parameters)
+        if record:
+            self._record(connection, gone, parameters)
         removed = len(gone)
         if removed < _REMOVAL_BATCH:
             return removed
@@ -184,7 +197,8 @@ class MariaDBDialect(Dialect):
             if not ids:
                 return removed
             gone = connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids}).all()
-            self._record(connection, gone, parameters)
+            if record:
+                self._record(connection, gone, parameters)
             removed += len(gone)
             after = ids[-1]
 
