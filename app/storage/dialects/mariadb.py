@@ -28,6 +28,7 @@ from sqlalchemy.sql.dml import Delete, Insert
 from app.queue.errors import PayloadTooLarge
 from app.storage import sql
 from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, keep_alive
+from app.storage.tables import delayed_queue as queue_table
 from app.storage.tables import delivery_history
 
 _DUPLICATE_ENTRY = 1062
@@ -221,9 +222,15 @@ class MariaDBDialect(Dialect):
     @staticmethod
     @cache
     def _page(removal: sql.Removal) -> Select:
-        """The next ids `removal` matches, in order, locked."""
+        """The next ids `removal` matches, in order, locked.
+
+        Read along the primary key from where the last page ended, whatever the
+        statistics say: the optimizer otherwise took the queue's own index at times
+        and sorted what was left of the queue for every page (up to 0.9 s a page for
+        300,000 rows, more with more), where the statement bound allows 10 s."""
         return (
             select(sql.columns.id)
+            .with_hint(queue_table, "FORCE INDEX (PRIMARY)")
             .where(
                 removal.where,
                 sql.columns.id > bindparam("after"),
