@@ -4,6 +4,8 @@ the database, and the same key is served again once the lock goes."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -13,6 +15,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from app.main import create_app
+from app.storage.dialects.base import (
+    KEEPALIVE_IDLE_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+    UNACKNOWLEDGED_SECONDS,
+)
+from app.storage.engine import create_store
 from tests.conftest import SERVERS, Database, FakeClock, truncate_all
 from tests.helpers import history_rows, put
 from tests.locking import busy_sessions, locked_from_outside
@@ -88,6 +96,7 @@ def test_a_statement_past_the_statement_bound_answers_503(server, request):
 PURGE_STATEMENT_TIMEOUT = 1.0
 PURGED = {"postgresql": 600_000, "mariadb": 400_000}
 
+
 def _fill(url: str, queue: str, count: int) -> None:
     """`count` messages in `queue`, written by the database itself."""
     engine = create_engine(url)
@@ -138,3 +147,29 @@ def test_a_purge_of_a_large_queue_keeps_every_statement_within_the_bound(server,
         assert client.get("/v1/queues/small").json()["messages"] == 3
         assert client.get("/v1/queues/big").json()["messages"] == 0
     assert len(history_rows(url)) == (purged if history else 0)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_connections_keep_alive_and_give_up_on_unacknowledged_data(server, request):
+    # What lets the kernel drop a connection to a peer that vanished without a reset,
+    # between statements too: read back from the socket of a pooled connection.
+    store = create_store(Database(server, request.getfixturevalue(f"{server}_url")).settings())
+    try:
+        pooled = store.engine.raw_connection()
+        try:
+            driver = pooled.driver_connection
+            descriptor = driver.pgconn.socket if server == "postgresql" else driver.fileno()
+            with socket.socket(fileno=os.dup(descriptor)) as connected:
+                option = connected.getsockopt
+                assert option(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE_SECONDS
+                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == (
+                    KEEPALIVE_INTERVAL_SECONDS
+                )
+                assert option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == (
+                    UNACKNOWLEDGED_SECONDS * 1000
+                )
+        finally:
+            pooled.close()
+    finally:
+        store.close()
