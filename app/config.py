@@ -14,6 +14,9 @@ _DRIVER_SCHEMES = {
     "mysql": "mysql+mysqldb",
     "mariadb": "mariadb+mysqldb",
 }
+# The bounds on waiting for the database (see Settings), which storage defaults to as well.
+DEFAULT_LOCK_TIMEOUT = 5.0
+DEFAULT_STATEMENT_TIMEOUT = 10.0
 
 
 def normalize_database_url(url: str) -> str:
@@ -44,8 +47,17 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     log_format: Literal["text", "json"] = "text"
     # At most this many storage calls run at once (on PostgreSQL on the event loop,
-    # on SQLite one thread each); the rest wait for a turn, up to 10 s, then 503.
+    # on SQLite one thread each); the rest wait for a turn, up to lock_timeout, then
+    # 503. No queue takes the last fifth of them while it holds one already.
     pool_size: int = Field(10, ge=1, description="database connections; storage calls at once")
+    # How long a request waits for a connection, and each statement for a row or
+    # table lock another transaction holds, before answering 503.
+    lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT, gt=0, le=3600, description="seconds")
+    # How long one statement may run before the database cancels it (503); a
+    # statement not answered 2 s after that is given up and its connection closed.
+    statement_timeout: float = Field(
+        DEFAULT_STATEMENT_TIMEOUT, gt=0, le=86400, description="seconds"
+    )
     # Long polls wake at once on offers made through this process; this bounds how
     # late they notice messages offered through another replica.
     poll_recheck_seconds: float = Field(1.0, gt=0, le=20)

@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             max_poll_bytes=settings.max_poll_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
             connections=settings.pool_size,
+            connection_wait_seconds=settings.lock_timeout,
             events=app.state.metrics,
         )
         app.state.service = service

@@ -107,22 +107,22 @@ class CronService:
             created_at=now,
             updated_at=now,
         )
-        installed = await self.calls.run(partial(self.store.cron_install, entry))
-        await self.calls.run(partial(self._install_runs, installed.entry, now))
+        installed = await self.calls.run(partial(self.store.cron_install, entry), queue)
+        await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
         self.notifier.notify(queue)
         return installed.outcome, self._view(installed.entry, now, 5)
 
     async def get(
         self, queue: str, name: str, after: int | None = None, count: int = 5
     ) -> CronView:
-        entry = await self.calls.run(partial(self.store.cron_get, queue, name))
+        entry = await self.calls.run(partial(self.store.cron_get, queue, name), queue)
         if entry is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
         return self._view(entry, self.clock.now_ms() if after is None else after, count)
 
     async def list_entries(self, queue: str) -> list[CronView]:
         now = self.clock.now_ms()
-        entries = await self.calls.run(partial(self.store.cron_list, queue))
+        entries = await self.calls.run(partial(self.store.cron_list, queue), queue)
         return [self._view(entry, now, 5) for entry in entries]
 
     async def entry_names(self) -> list[tuple[str, str]]:
@@ -132,7 +132,8 @@ class CronService:
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""
         now = self.clock.now_ms()
-        if await self.calls.run(partial(self.store.cron_uninstall, queue, name, now)) is None:
+        removed = await self.calls.run(partial(self.store.cron_uninstall, queue, name, now), queue)
+        if removed is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
 
     async def install_upcoming_runs(self, stopping: Callable[[], bool] = lambda: False) -> int:
@@ -149,7 +150,7 @@ class CronService:
                 break
             try:
                 created += await self.calls.run(
-                    partial(self._install_runs, entry, now, SKEW_MARGIN_MS)
+                    partial(self._install_runs, entry, now, SKEW_MARGIN_MS), entry.queue
                 )
             except Exception:
                 self.failures += 1

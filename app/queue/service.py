@@ -1,8 +1,9 @@
 """The queue's rules over a Store and a Clock: offers, polls (long or not), leases, stats.
 
 Storage calls go through StorageCalls (on the event loop with PostgreSQL, on
-threads with SQLite); the event loop only waits. A long poll waits on the
-Notifier, holding no database connection while it waits.
+threads with SQLite), each on behalf of its queue, so that one queue in trouble
+cannot take every connection; the event loop only waits. A long poll waits on
+the Notifier, holding no database connection while it waits.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class QueueService:
         max_poll_bytes: int,
         poll_recheck_seconds: float,
         connections: int,
+        connection_wait_seconds: float,
         events: QueueEvents | None = None,
     ) -> None:
         self.store = store
@@ -113,7 +115,7 @@ class QueueService:
         self.max_poll_bytes = max_poll_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = Notifier()
-        self.calls = StorageCalls(store, connections)
+        self.calls = StorageCalls(store, connections, connection_wait_seconds)
         # queue -> (read at, epoch ms; its settings), oldest read first.
         self._settings: OrderedDict[str, tuple[int, QueueSettings]] = OrderedDict()
 
@@ -149,6 +151,7 @@ class QueueService:
         now = self.clock.now_ms()
         offer = self._to_offer(request, now)
         stored = await self._run(
+            queue,
             partial(
                 self.store.messages_offer,
                 queue,
@@ -156,7 +159,7 @@ class QueueService:
                 now,
                 can_create=can_create,
                 may_use=may_use,
-            )
+            ),
         )
         if stored is None:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
@@ -172,7 +175,7 @@ class QueueService:
         now = self.clock.now_ms()
         offers = [self._to_offer(request, now) for request in requests]
         outcomes = await self._run(
-            partial(self.store.messages_offer_many, queue, offers, now, may_use)
+            queue, partial(self.store.messages_offer_many, queue, offers, now, may_use)
         )
         self.events.offered(queue, outcomes)
         if any(outcome is not Outcome.IGNORED for outcome in outcomes):
@@ -190,7 +193,7 @@ class QueueService:
     # -- one message ----------------------------------------------------------------
 
     async def get(self, queue: str, key: str) -> Message:
-        message = await self._run(partial(self.store.messages_get, queue, key))
+        message = await self._run(queue, partial(self.store.messages_get, queue, key))
         if message is None:
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
         return message
@@ -201,7 +204,7 @@ class QueueService:
 
     async def delete(self, queue: str, key: str) -> None:
         now = self.clock.now_ms()
-        if not await self._run(partial(self.store.messages_delete, queue, key, now)):
+        if not await self._run(queue, partial(self.store.messages_delete, queue, key, now)):
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
 
     # -- polling and leases ----------------------------------------------------------
@@ -255,7 +258,7 @@ class QueueService:
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease
-                next_due = await self._run(partial(self.store.queue_next_due, queue))
+                next_due = await self._run(queue, partial(self.store.queue_next_due, queue))
                 timeout = min(remaining, self.poll_recheck_seconds)
                 if next_due is not None:
                     until_due = (next_due - self.clock.now_ms()) / 1000
@@ -270,6 +273,7 @@ class QueueService:
             lock_id = str(uuid.uuid4())
             expires_at = now + lease_ms
             claim: Claim = await self._run(
+                queue,
                 partial(
                     self.store.messages_poll,
                     queue,
@@ -279,7 +283,7 @@ class QueueService:
                     now,
                     settings,
                     max_bytes=self.max_poll_bytes,
-                )
+                ),
             )
             if claim.dead_lettered:
                 self.events.dead_lettered(queue, claim.dead_lettered)
@@ -316,7 +320,7 @@ class QueueService:
 
         A lock id this service never issued holds nothing: 404 without asking the database.
         """
-        count = await self._run(change) if _LOCK_ID.fullmatch(lock_id) else 0
+        count = await self._run(queue, change) if _LOCK_ID.fullmatch(lock_id) else 0
         if not count:
             raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
         return count
@@ -324,16 +328,16 @@ class QueueService:
     # -- queues ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> QueueStats:
-        return await self._run(partial(self.store.queue_stats, queue, self.clock.now_ms()))
+        return await self._run(queue, partial(self.store.queue_stats, queue, self.clock.now_ms()))
 
     async def list_queues(self) -> list[QueueStats]:
-        return await self._run(partial(self.store.queues_stats, self.clock.now_ms()))
+        return await self.calls.run(partial(self.store.queues_stats, self.clock.now_ms()))
 
     async def purge(self, queue: str, confirm: str | None) -> int:
         """Delete every message of the queue, if `confirm` repeats its name."""
         if confirm != queue:
             raise PurgeNotConfirmed(f"to purge, repeat the queue's name: ?confirm={queue}")
-        return await self._run(partial(self.store.queue_purge, queue, self.clock.now_ms()))
+        return await self._run(queue, partial(self.store.queue_purge, queue, self.clock.now_ms()))
 
     # -- queue settings, dead letters, history -------------------------------------------
 
@@ -342,7 +346,8 @@ class QueueService:
         cached = self._settings.get(queue)
         if cached is not None and _within_settings_cache(self.clock.now_ms() - cached[0]):
             return cached[1]
-        settings = await self._run(partial(self.store.settings_get, queue)) or QueueSettings(queue)
+        stored = await self._run(queue, partial(self.store.settings_get, queue))
+        settings = stored or QueueSettings(queue)
         self._keep_settings(queue, settings)
         return settings
 
@@ -364,7 +369,7 @@ class QueueService:
 
     async def configured_queues(self) -> list[str]:
         """The queues that have settings of their own."""
-        return await self._run(self.store.settings_queues)
+        return await self.calls.run(self.store.settings_queues)
 
     async def put_settings(
         self,
@@ -399,7 +404,7 @@ class QueueService:
         if max_deliveries is not None or dead_letter_queue is not None:
             # Where this queue's dead letters would go, named or by default.
             _check_allowed(may_use, settings.effective_dead_letter_queue)
-        stored = await self._run(partial(self.store.settings_put, settings))
+        stored = await self._run(queue, partial(self.store.settings_put, settings))
         self._keep_settings(queue, stored)
         return stored
 
@@ -416,7 +421,8 @@ class QueueService:
         if to is not None:
             _check_allowed(may_use, to)
         redrive = await self._run(
-            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms(), may_use)
+            queue,
+            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms(), may_use),
         )
         if redrive.moved:
             if to is not None:
@@ -433,7 +439,7 @@ class QueueService:
         before = self.clock.now_ms() - retention_ms
         pruned = 0
         while not stopping():
-            deleted = await self._run(partial(self.store.history_prune, before, batch))
+            deleted = await self.calls.run(partial(self.store.history_prune, before, batch))
             pruned += deleted
             if deleted < batch:
                 break
@@ -441,12 +447,12 @@ class QueueService:
 
     async def schema_status(self) -> SchemaStatus:
         """Whether the database answers at the schema this release needs."""
-        return SchemaStatus(
-            current=await self._run(self.store.schema_revision), expected=head_revision()
-        )
+        current = await self.calls.run_readiness_check(self.store.schema_revision)
+        return SchemaStatus(current=current, expected=head_revision())
 
-    async def _run(self, call: Callable[[], T]) -> T:
-        return await self.calls.run(call)
+    async def _run(self, queue: str, call: Callable[[], T]) -> T:
+        """`call()` on behalf of `queue`: it waits for a turn only that queue's calls hold."""
+        return await self.calls.run(call, queue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,24 @@ It offers the part of SQLAlchemy's Connection API the store uses: `execute`
 with one dict of parameters, `begin()`, and results with `first`, `scalar`,
 `scalars().all()`, `all`, `rowcount` and iteration over rows with attribute
 access. It runs inside `sqlalchemy.util.greenlet_spawn`, like the engine.
+
+Every round trip has a deadline (`answered_within`): a database, or a network to
+it, that goes silent without closing anything would otherwise keep the statement
+waiting until the operating system gives up. Cancelling psycopg's coroutine is no
+way out (it then sends a cancel request over a new connection and waits for the
+old one, ~10 s more), so the socket is shut down instead: the statement fails at
+once as on a lost connection, and the connection leaves the pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import os
+import socket
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import namedtuple_row
@@ -33,6 +43,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util import await_only
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +63,12 @@ class _Compiled:
 
 
 class DirectStatements:
-    """Core statements compiled once for one engine's dialect."""
+    """Core statements compiled once for one engine's dialect; each is given up when it has
+    no answer after `answer_deadline` seconds."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, answer_deadline: float) -> None:
         self.dialect = engine.dialect
+        self.answer_deadline = answer_deadline
         self._compiled: dict[tuple[int, tuple[str, ...]], _Compiled] = {}
         # Called after each statement, like SQLAlchemy's after_cursor_execute.
         self.listeners: list[Callable[[], object]] = []
@@ -103,6 +117,7 @@ class DirectConnection:
             ) from error
         self._driver: psycopg.AsyncConnection = self._pooled.driver_connection
         self._statements = statements
+        self._given_up = _GivenUp()
 
     def execute(self, statement: ClauseElement, parameters: dict[str, Any]) -> DirectResult:
         compiled = self._statements.compiled(statement, parameters)
@@ -110,7 +125,7 @@ class DirectConnection:
         cursor = None
         try:
             cursor = self._driver.cursor(row_factory=namedtuple_row)
-            await_only(cursor.execute(compiled.sql, values))
+            self._answered(cursor.execute(compiled.sql, values))
             for listener in self._statements.listeners:
                 listener()
             rows = await_only(cursor.fetchall()) if cursor.description is not None else []
@@ -137,18 +152,30 @@ class DirectConnection:
         self._command("COMMIT")
 
     def close(self) -> None:
-        """Give the connection back to the pool."""
+        """Give the connection back to the pool (or close it, if a statement was given up)."""
+        if self._given_up.at is not None and self._pooled.is_valid:
+            self._pooled.invalidate(TimeoutError("a statement was given up"))
         self._pooled.close()
 
     def _command(self, command: str) -> None:
         try:
-            await_only(self._driver.execute(command))
+            self._answered(self._driver.execute(command))
         except psycopg.Error as error:
             raise self._translated(error, command, {}) from error
 
+    def _answered(self, operation: Awaitable[Any]) -> None:
+        answered_within(self._driver, self._statements.answer_deadline, operation, self._given_up)
+
     def _translated(self, error: psycopg.Error, sql: str, parameters: dict) -> exc.DBAPIError:
         """The error SQLAlchemy would raise; a lost connection leaves the pool, as there."""
-        disconnected = self._dialect.is_disconnect(error, self._pooled.dbapi_connection, None)
+        if self._given_up.at is not None:
+            error = psycopg.OperationalError(
+                f"no answer from the database within {self._given_up.at:g} s: "
+                "the connection was closed"
+            )
+            disconnected = True
+        else:
+            disconnected = self._dialect.is_disconnect(error, self._pooled.dbapi_connection, None)
         if disconnected:
             self._pooled.invalidate(error)
         return exc.DBAPIError.instance(
@@ -159,6 +186,54 @@ class DirectConnection:
             connection_invalidated=disconnected,
             dialect=self._dialect,
         )
+
+
+class _GivenUp:
+    """Whether (and after how many seconds) a round trip on a connection was given up."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+
+def answered_within(
+    driver: psycopg.AsyncConnection,
+    seconds: float,
+    operation: Awaitable[T],
+    given_up: _GivenUp | None = None,
+) -> T:
+    """Await `operation` on `driver` (inside greenlet_spawn); when no answer has come after
+    `seconds`, shut the connection's socket down, which fails `operation` with
+    psycopg.OperationalError. The connection is then of no further use."""
+
+    def give_up() -> None:
+        if given_up is not None:
+            given_up.at = seconds
+        try:
+            # A duplicate descriptor: shutdown acts on the socket, and closing the
+            # duplicate leaves libpq's own descriptor to libpq.
+            with socket.socket(fileno=os.dup(driver.pgconn.socket)) as connected:
+                connected.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):
+            pass  # closed already
+
+    timer = asyncio.get_running_loop().call_later(seconds, give_up)
+    try:
+        return await_only(operation)
+    finally:
+        timer.cancel()
+
+
+def ping_within(seconds: float) -> Callable[[Any], None]:
+    """A ping of a pooled psycopg asyncio connection (a checkout's) that gives up after
+    `seconds`, raising psycopg.OperationalError."""
+
+    def ping(dbapi_connection: Any) -> None:
+        driver = dbapi_connection.driver_connection
+        answered_within(driver, seconds, driver.execute("SELECT 1"))
+
+    return ping
 
 
 class DirectResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import create_engine, event, exc
@@ -10,13 +11,14 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.config import Settings
-from app.storage.dialects import Dialect, for_engine_url
+from app.storage.calls import READINESS_CONNECTIONS
+from app.storage.dialects import Bounds, Dialect, for_engine_url
+from app.storage.dialects.base import ANSWER_GRACE_SECONDS
+from app.storage.direct import ping_within
 from app.storage.store import SqlStore
 
 # Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
 INSERT_ROWS_PER_STATEMENT = 200
-# How long a request waits for a free pooled connection before answering 503.
-POOL_TIMEOUT_SECONDS = 10
 # A pooled connection idle for longer than this is pinged before use (see below).
 PING_AFTER_IDLE_SECONDS = 1.0
 
@@ -30,11 +32,13 @@ def create_database_engine(
     engine does its I/O on the running event loop: its synchronous API is then
     only usable from inside `sqlalchemy.util.greenlet_spawn` (see SqlStore).
     """
-    dialect = dialect or for_engine_url(settings.database_url)
+    dialect = dialect or for_engine_url(settings.database_url, bounds_of(settings))
     options = {
-        "pool_size": settings.pool_size,
+        # The readiness check's connection besides (app/storage/calls.py).
+        "pool_size": settings.pool_size + READINESS_CONNECTIONS,
         "max_overflow": 0,
-        "pool_timeout": POOL_TIMEOUT_SECONDS,
+        # StorageCalls' turns keep calls within the pool; this is only a backstop.
+        "pool_timeout": dialect.bounds.lock_wait,
         # The most recently used connection first: under light load the others
         # stay idle (and are pinged before use), instead of every one going idle
         # for a while and needing a ping.
@@ -47,14 +51,26 @@ def create_database_engine(
         engine = create_async_engine(
             settings.database_url, isolation_level="AUTOCOMMIT", **options
         ).sync_engine
+        # A ping has a deadline, like every statement there (app/storage/direct.py):
+        # SELECT 1 needs no more than the grace a statement's answer gets. Given up,
+        # the connection is replaced, within the connect timeout.
+        ping = ping_within(ANSWER_GRACE_SECONDS)
     else:
         engine = create_engine(settings.database_url, **options)
-    _ping_doubtful_connections(engine, dialect)
+        ping = engine.dialect.do_ping  # MariaDB's within its read timeout
+    _ping_doubtful_connections(engine, dialect, ping)
     dialect.configure_engine(engine)
     return engine
 
 
-def _ping_doubtful_connections(engine: Engine, dialect: Dialect) -> None:
+def bounds_of(settings: Settings) -> Bounds:
+    """The waits on the database that `settings` allow."""
+    return Bounds(lock_wait=settings.lock_timeout, statement=settings.statement_timeout)
+
+
+def _ping_doubtful_connections(
+    engine: Engine, dialect: Dialect, ping: Callable[[Any], object]
+) -> None:
     """Replace a dead pooled connection before a request draws it, without a ping per request.
 
     SQLAlchemy's pool_pre_ping costs a round trip on every checkout, a third of a
@@ -83,7 +99,7 @@ def _ping_doubtful_connections(engine: Engine, dialect: Dialect) -> None:
         if recently_used and not news:
             return
         try:
-            engine.dialect.do_ping(dbapi_connection)
+            ping(dbapi_connection)
         except engine.dialect.loaded_dbapi.Error as error:
             # The pool discards this connection and checks out (or opens) another.
             raise exc.DisconnectionError() from error
@@ -91,6 +107,6 @@ def _ping_doubtful_connections(engine: Engine, dialect: Dialect) -> None:
 
 def create_store(settings: Settings, *, on_event_loop: bool = False) -> SqlStore:
     """The Store for `settings.database_url`, owning a new engine (see create_database_engine)."""
-    dialect = for_engine_url(settings.database_url)
+    dialect = for_engine_url(settings.database_url, bounds_of(settings))
     engine = create_database_engine(settings, dialect, on_event_loop=on_event_loop)
     return SqlStore(engine, dialect, record_history=settings.history)

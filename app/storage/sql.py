@@ -16,11 +16,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    column,
     delete,
     func,
     insert,
     null,
     select,
+    table,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -443,6 +445,11 @@ history_prune_batch = delete(delivery_history).where(
     (history.finishedAt < bindparam("upto_finished_at")) | (history.id <= bindparam("upto_id")),
 )
 history_prune_rest = delete(delivery_history).where(history.finishedAt < bindparam("before"))
+
+
+# The revision Alembic recorded (readiness): its table, without Alembic's machinery,
+# so the read goes the way of every other statement, bounds included.
+schema_revision = select(column("version_num")).select_from(table("alembic_version"))
 
 
 def _count(condition) -> object:

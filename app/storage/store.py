@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
@@ -160,7 +159,11 @@ class SqlStore:
         # An engine with an asyncio driver does its I/O on the event loop: its
         # methods must then be called through sqlalchemy.util.greenlet_spawn.
         self.runs_on_event_loop: bool = engine.dialect.is_async
-        self._direct = DirectStatements(engine) if self.runs_on_event_loop else None
+        self._direct = (
+            DirectStatements(engine, dialect.bounds.answer_deadline)
+            if self.runs_on_event_loop
+            else None
+        )
         # RETURNING tells which rows went in; rowcount is not reliable for every driver.
         self._insert_returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
             sql.columns.pKey
@@ -679,8 +682,19 @@ class SqlStore:
         return [stats[queue] for queue in sorted(stats)]
 
     def queue_purge(self, queue: str, now: int) -> int:
-        """Delete every message of the queue; how many there were."""
-        return self._remove(sql.queue_purge, {"queue": queue}, now)
+        """Delete every message of the queue; how many there were.
+
+        A queue may hold millions of messages, and one DELETE of them all would outlast
+        the statement bound: the dialect removes them in pages, one transaction still.
+        """
+        parameters: dict[str, Any] = {"queue": queue}
+        if self.record_history:
+            parameters |= {"outcome": Finish.DROPPED.value, "now": now}
+        return self._transaction(
+            lambda connection: self.dialect.remove_in_pages(
+                connection, sql.queue_purge, parameters, record=self.record_history
+            )
+        )
 
     # -- queue settings and history ------------------------------------------------
 
@@ -885,12 +899,16 @@ class SqlStore:
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
-        return self._run(
-            lambda connection: MigrationContext.configure(connection).get_current_revision(),
-            self.dialect.read_options,
-            transactional=False,
-            through_sqlalchemy=True,  # Alembic needs a real SQLAlchemy Connection
-        )
+
+        def read(connection: Connection) -> str | None:
+            try:
+                return connection.execute(sql.schema_revision, {}).scalar()
+            except exc.DBAPIError as error:
+                if self.dialect.is_schema_missing(error):
+                    return None  # no alembic_version table: never migrated
+                raise
+
+        return self._read(read)
 
     # -- running statements -------------------------------------------------------
 
@@ -957,7 +975,6 @@ class SqlStore:
         options: dict[str, Any],
         *,
         transactional: bool,
-        through_sqlalchemy: bool = False,
     ) -> T:
         """Run `work` on a pooled connection, again on a transient conflict.
 
@@ -968,7 +985,7 @@ class SqlStore:
         for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
             try:
                 with self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS):
-                    if self._direct is not None and not through_sqlalchemy:
+                    if self._direct is not None:
                         direct = DirectConnection(self.engine, self._direct)
                         try:
                             with direct.begin(transactional):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sqlalchemy import Table
@@ -11,7 +14,55 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
+from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from app.storage import sql
+
+# Opening a connection gives up after this long (a server that accepts TCP but never
+# answers, say).
+CONNECT_TIMEOUT_SECONDS = 5
+# A statement the database has not answered this long after its own statement bound
+# would have cancelled it is given up: the database, or the network to it, went silent.
+ANSWER_GRACE_SECONDS = 2.0
+# TCP keepalives: a connection silent for 5 s is probed every 2 s, and the kernel
+# closes one whose probes or data go unacknowledged for 10 s (TCP_USER_TIMEOUT), so a
+# peer lost without a reset is noticed within about 15 s even between statements.
+KEEPALIVE_IDLE_SECONDS = 5
+KEEPALIVE_INTERVAL_SECONDS = 2
+KEEPALIVE_PROBES = 3
+UNACKNOWLEDGED_SECONDS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How long storage waits on the database, in seconds (Settings.lock_timeout and
+    statement_timeout)."""
+
+    # For a lock another transaction holds (and, in StorageCalls, for a connection).
+    lock_wait: float = DEFAULT_LOCK_TIMEOUT
+    # For one statement to finish; the database cancels it after this.
+    statement: float = DEFAULT_STATEMENT_TIMEOUT
+
+    @property
+    def answer_deadline(self) -> float:
+        """Seconds after which the client gives up on a statement without an answer."""
+        return self.statement + ANSWER_GRACE_SECONDS
+
+
+def keep_alive(descriptor: int) -> None:
+    """Turn on the keepalives above for a connected TCP socket (not for a Unix socket)."""
+    options = (
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", KEEPALIVE_IDLE_SECONDS),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECONDS),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", KEEPALIVE_PROBES),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", UNACKNOWLEDGED_SECONDS * 1000),
+    )
+    with socket.socket(fileno=os.dup(descriptor)) as connected:
+        if connected.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        for level, name, value in options:
+            if hasattr(socket, name):  # Linux has them all
+                connected.setsockopt(level, getattr(socket, name), value)
 
 
 class Dialect:
@@ -39,6 +90,9 @@ class Dialect:
     has_asyncio_driver = False
     # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
     claims_in_one_statement = False
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self.bounds = bounds or Bounds()
 
     def engine_options(self) -> dict[str, Any]:
         """Extra keyword arguments for `create_engine`."""
@@ -89,6 +143,18 @@ class Dialect:
         (SQLite). A database where another transaction can change the rows between
         the two reads must do better."""
         connection.execute(removal.record, parameters)
+        return connection.execute(removal.delete, parameters).rowcount
+
+    def remove_in_pages(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> int:
+        """Remove every row `removal` matches, however many (a purge), in the caller's
+        transaction, recording them in the history when `record`; how many.
+
+        No statement may outlast the statement bound, so a database that has one
+        removes page by page. Here in one go: right for SQLite, which has none."""
+        if record:
+            return self.remove_recorded(connection, removal, parameters)
         return connection.execute(removal.delete, parameters).rowcount
 
     def check_payload(self, payload: bytes) -> None:

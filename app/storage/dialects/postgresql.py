@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import cache
 from select import POLLIN, poll
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    text,
     true,
     update,
 )
@@ -27,12 +29,20 @@ from sqlalchemy import insert as insert_into
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import Select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ClauseElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import sql
-from app.storage.dialects.base import Dialect
+from app.storage.dialects.base import (
+    CONNECT_TIMEOUT_SECONDS,
+    KEEPALIVE_IDLE_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+    KEEPALIVE_PROBES,
+    UNACKNOWLEDGED_SECONDS,
+    Dialect,
+)
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
@@ -133,6 +143,62 @@ _insert_rows = (
 )
 
 
+# Rows per statement of a removal in pages (a purge): a page takes ~70 ms on this
+# project's test machine, far within any statement bound, where one DELETE of a
+# 1,000,000-row queue with its history rows takes ~6 s.
+_PAGE_ROWS = 10_000
+_REMOVAL_CURSOR = "removal_ids"
+
+
+class _DeclareCursor(Executable, ClauseElement):
+    """`DECLARE name NO SCROLL CURSOR FOR <select>`: a query read a page at a time, each
+    FETCH its own statement."""
+
+    inherit_cache = True
+
+    def __init__(self, name: str, query: Select) -> None:
+        self.name = name
+        self.query = query
+
+
+@compiles(_DeclareCursor)
+def _compile_declare_cursor(element: _DeclareCursor, compiler: Any, **options: Any) -> str:
+    query = compiler.process(element.query, **options)
+    return f"DECLARE {element.name} NO SCROLL CURSOR FOR {query}"
+
+
+_fetch_page = text(f"FETCH {_PAGE_ROWS} FROM {_REMOVAL_CURSOR}")
+_close_cursor = text(f"CLOSE {_REMOVAL_CURSOR}")
+
+
+@cache
+def _removal_cursor(removal: sql.Removal) -> _DeclareCursor:
+    """The ids `removal` matches as its transaction begins to remove them, read on through
+    a cursor, never again from the start: whatever the plan, and fresh statistics or not,
+    no page sorts or scans again what the pages before it read."""
+    return _DeclareCursor(_REMOVAL_CURSOR, select(sql.columns.id).where(removal.where))
+
+
+@cache
+def _removal_page(removal: sql.Removal, record: bool) -> Select:
+    """Delete the rows of one page of ids (an array, "ids") that `removal` still matches,
+    recording them in the history when `record`, in one statement; how many."""
+    gone = (
+        delete(queue_table)
+        .where(sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))))
+        .where(removal.where)
+        .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        .cte("gone")
+    )
+    statement = select(func.count()).select_from(gone)
+    if record:
+        recorded = insert_into(delivery_history).from_select(
+            sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c))
+        )
+        statement = statement.add_cte(recorded.cte("recorded"))
+    return statement
+
+
 def _keys_in_queue(**selected: Any) -> Select:
     """sql.keys_in_queue for PostgreSQL: "pKey" and the expressions `selected` (by
     label) of the rows of one queue under the keys bound as one array ("keys").
@@ -171,6 +237,9 @@ SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 
 # SQLSTATEs worth running the transaction again for: serialization failure, deadlock.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
+# A bound of the session was reached (503): lock_not_available (lock_timeout),
+# query_canceled (statement_timeout), idle_in_transaction_session_timeout.
+_BOUND_REACHED_SQLSTATES = {"55P03", "57014", "25P03"}
 _UNDEFINED_TABLE = "42P01"
 _UNIQUE_VIOLATION = "23505"
 
@@ -210,7 +279,25 @@ class PostgreSQLDialect(Dialect):
         return hashlib.sha256(payload).digest()
 
     def engine_options(self) -> dict[str, Any]:
-        return {"connect_args": {"connect_timeout": 5, "options": SESSION_OPTIONS}}
+        bounds = self.bounds
+        options = (
+            f"{SESSION_OPTIONS} -c lock_timeout={_ms(bounds.lock_wait)} "
+            f"-c statement_timeout={_ms(bounds.statement)} "
+            # A transaction left idle this long belongs to a client that went silent
+            # mid-way: the server ends it, and its row locks go with it.
+            f"-c idle_in_transaction_session_timeout={_ms(bounds.answer_deadline)}"
+        )
+        return {
+            "connect_args": {
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                "options": options,
+                "keepalives": 1,
+                "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
+                "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+                "keepalives_count": KEEPALIVE_PROBES,
+                "tcp_user_timeout": UNACKNOWLEDGED_SECONDS * 1000,
+            }
+        }
 
     def configure_engine(self, engine: Engine) -> None:
         @event.listens_for(engine, "connect")
@@ -282,6 +369,18 @@ class PostgreSQLDialect(Dialect):
             .execution_options(preserve_rowcount=True)
         )
 
+    def remove_in_pages(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> int:
+        # Rows offered meanwhile are not among the cursor's: they stay.
+        connection.execute(_removal_cursor(removal), parameters)
+        removed = 0
+        while ids := connection.execute(_fetch_page, {}).scalars().all():
+            page = {**parameters, "ids": ids}
+            removed += connection.execute(_removal_page(removal, record), page).scalar()
+        connection.execute(_close_cursor, {})
+        return removed
+
     def is_unique_violation(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNIQUE_VIOLATION
 
@@ -292,8 +391,15 @@ class PostgreSQLDialect(Dialect):
         # Connection failures, admin shutdown, cancelled statements: all OperationalError.
         if error.connection_invalidated:
             return True
+        if getattr(error.orig, "sqlstate", None) in _BOUND_REACHED_SQLSTATES:
+            return True
         driver_error = (psycopg.OperationalError, psycopg.InterfaceError)
         return isinstance(error.orig, driver_error) and not self.is_retryable(error)
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+
+
+def _ms(seconds: float) -> int:
+    """A duration setting's value: whole milliseconds, at least one (0 turns a bound off)."""
+    return max(1, round(seconds * 1000))

@@ -16,8 +16,6 @@ from sqlalchemy.sql.operators import custom_op
 from app.storage import sql
 from app.storage.dialects.base import Dialect
 
-# How long a writer waits for another to finish before reporting "database is locked".
-_BUSY_TIMEOUT_MS = 5000
 # Primary result codes that mean "cannot serve now", not "this SQL is wrong":
 # BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB.
 _UNAVAILABLE_CODES = {5, 6, 8, 10, 11, 13, 14, 15, 26}
@@ -41,7 +39,9 @@ class SQLiteDialect(Dialect):
     read_options: ClassVar[dict[str, Any]] = {"sqlite_read_only": True}
 
     def engine_options(self) -> dict[str, Any]:
-        return {"connect_args": {"check_same_thread": False, "timeout": _BUSY_TIMEOUT_MS / 1000}}
+        # A writer waits for another to finish for the lock bound, then reports "database
+        # is locked" (503). SQLite has no bound on a statement's time.
+        return {"connect_args": {"check_same_thread": False, "timeout": self.bounds.lock_wait}}
 
     def configure_engine(self, engine: Engine) -> None:
         @event.listens_for(engine, "connect")
@@ -52,7 +52,7 @@ class SQLiteDialect(Dialect):
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout={round(self.bounds.lock_wait * 1000)}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
