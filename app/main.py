@@ -23,7 +23,9 @@ from app.cron.manager import cron_manager
 from app.cron.service import CronService
 from app.metrics import Metrics
 from app.periodic import Periodic
+from app.queue.notifier import Notifier
 from app.queue.service import QueueService
+from app.storage.calls import StorageCalls
 from app.storage.engine import create_store
 
 log = logging.getLogger(__name__)
@@ -68,25 +70,30 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The shared parts, built once: the store, the one way async code calls it, and
+        # the notifier that wakes long polls; the services are handed them.
+        metrics = app.state.metrics
         store = create_store(settings, on_event_loop=True)
-        app.state.metrics.count_statements(store)
+        store.listen_statements(metrics.statement_sent)
+        calls = StorageCalls(store, settings.pool_size, settings.lock_timeout)
+        notifier = Notifier()
         service = QueueService(
             store,
+            calls,
+            notifier,
             clock,
             default_lease_seconds=settings.default_lease,
             max_payload_bytes=settings.max_payload_bytes,
             max_poll_bytes=settings.max_poll_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
-            connections=settings.pool_size,
-            connection_wait_seconds=settings.lock_timeout,
-            events=app.state.metrics,
+            events=metrics,
         )
         app.state.service = service
-        metrics = app.state.metrics
         app.state.cron = CronService(
-            service.calls,
+            store,
+            calls,
+            notifier,
             clock,
-            service.notifier,
             max_payload_bytes=settings.max_payload_bytes,
             runs_installed=metrics.cron_runs_installed,
             failed=metrics.error,
@@ -106,7 +113,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
         def stopping() -> None:
             """The server was told to stop: answer waiting polls now, stop background work soon."""
-            service.notifier.close()
+            notifier.close()
             manager.request_stop()
             pruner.request_stop()
 
@@ -119,7 +126,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 await manager.stop()
                 await pruner.stop()
             finally:
-                await service.close()
+                notifier.close()
+                await calls.close()  # waits for calls in flight, then closes the store
 
     app = FastAPI(
         title="Hourglass",

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from app.api.auth import queue_filter
 from app.config import Settings
+from app.cron.service import CronService
 from app.domain.messages import QueueFilter
 from app.queue.service import QueueService
 
@@ -15,6 +16,10 @@ from app.queue.service import QueueService
 # async: FastAPI would run a plain function on a thread pool for every request.
 async def get_service(request: Request) -> QueueService:
     return request.app.state.service
+
+
+async def get_cron(request: Request) -> CronService:
+    return request.app.state.cron
 
 
 async def get_settings(request: Request) -> Settings:
@@ -26,6 +31,7 @@ async def get_queue_filter(request: Request) -> QueueFilter:
 
 
 Service = Annotated[QueueService, Depends(get_service)]
+Cron = Annotated[CronService, Depends(get_cron)]
 # The queues the request's token may use, for the queues a request names beyond its path.
 AllowedQueues = Annotated[QueueFilter, Depends(get_queue_filter)]
 CurrentSettings = Annotated[Settings, Depends(get_settings)]

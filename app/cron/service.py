@@ -24,6 +24,7 @@ from app.domain.messages import IfExists, Offer
 from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
 from app.storage.calls import StorageCalls
+from app.storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,17 @@ class CronService:
 
     def __init__(
         self,
+        store: Store,
         calls: StorageCalls,
-        clock: Clock,
         notifier: Notifier,
+        clock: Clock,
         *,
         max_payload_bytes: int,
         runs_installed: Callable[[str, str, int], object] = lambda queue, name, count: None,
         failed: Callable[[str], object] = lambda kind: None,
     ) -> None:
+        self.store = store
         self.calls = calls
-        self.store = calls.store
         self.clock = clock
         self.notifier = notifier
         self.max_payload_bytes = max_payload_bytes

@@ -97,16 +97,18 @@ class QueueService:
     def __init__(
         self,
         store: Store,
+        calls: StorageCalls,
+        notifier: Notifier,
         clock: Clock,
         *,
         default_lease_seconds: float,
         max_payload_bytes: int,
         max_poll_bytes: int,
         poll_recheck_seconds: float,
-        connections: int,
-        connection_wait_seconds: float,
         events: QueueEvents | None = None,
     ) -> None:
+        """`calls` runs `store`'s methods; `notifier` wakes this process's long polls. The
+        application builds and closes both (app/main.py), and shares them with cron."""
         self.store = store
         self.events: QueueEvents = events or _Unobserved()
         self.clock = clock
@@ -114,15 +116,10 @@ class QueueService:
         self.max_payload_bytes = max_payload_bytes
         self.max_poll_bytes = max_poll_bytes
         self.poll_recheck_seconds = poll_recheck_seconds
-        self.notifier = Notifier()
-        self.calls = StorageCalls(store, connections, connection_wait_seconds)
+        self.notifier = notifier
+        self.calls = calls
         # queue -> (read at, epoch ms; its settings), oldest read first.
         self._settings: OrderedDict[str, tuple[int, QueueSettings]] = OrderedDict()
-
-    async def close(self) -> None:
-        """End waiting polls, wait for storage calls in flight, close the store."""
-        self.notifier.close()
-        await self.calls.close()
 
     # -- offers -------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 
+from app.api.deps import Cron
 from app.api.openapi import problem_responses
 from app.api.rendering import json_response, with_payload
 from app.api.schemas import (
@@ -20,14 +21,10 @@ from app.api.schemas import (
     parse_timestamp,
 )
 from app.cron.schedule import InvalidSchedule
-from app.cron.service import CronService, CronSpec, CronView
+from app.cron.service import CronSpec, CronView
 from app.domain.cron import InstallOutcome
 
 router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
-
-
-def _cron(request: Request) -> CronService:
-    return request.app.state.cron
 
 
 def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
@@ -66,12 +63,12 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
     },
 )
 async def install(
-    queue: QueueName, name: CronName, body: CronInstallRequest, request: Request
+    queue: QueueName, name: CronName, body: CronInstallRequest, cron: Cron
 ) -> Response:
     spec = CronSpec(
         schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead
     )
-    outcome, view = await _cron(request).install(queue, name, spec)
+    outcome, view = await cron.install(queue, name, spec)
     return json_response(
         _answer(view, outcome),
         status.HTTP_201_CREATED if outcome is InstallOutcome.CREATED else status.HTTP_200_OK,
@@ -84,8 +81,8 @@ async def install(
     summary="The queue's cron entries, each with its next 5 runs",
     responses=problem_responses(422, 503),
 )
-async def list_entries(queue: QueueName, request: Request) -> Response:
-    views = await _cron(request).list_entries(queue)
+async def list_entries(queue: QueueName, cron: Cron) -> Response:
+    views = await cron.list_entries(queue)
     return json_response(b'{"entries":[' + b",".join(map(_answer, views)) + b"]}")
 
 
@@ -98,7 +95,7 @@ async def list_entries(queue: QueueName, request: Request) -> Response:
 async def get_entry(
     queue: QueueName,
     name: CronName,
-    request: Request,
+    cron: Cron,
     after: Annotated[
         str | None,
         Query(pattern=RFC3339_PATTERN, description="RFC 3339 instant; default: now"),
@@ -112,7 +109,7 @@ async def get_entry(
         except ValueError as error:
             raise _invalid_query("after", str(error)) from error
     try:
-        view = await _cron(request).get(queue, name, after=start, count=count)
+        view = await cron.get(queue, name, after=start, count=count)
     except InvalidSchedule as error:  # an `after` no run can follow
         raise _invalid_query("after", str(error)) from error
     return json_response(_answer(view))
@@ -124,8 +121,8 @@ async def get_entry(
     summary="Uninstall: delete the entry and its runs not yet delivered",
     responses=problem_responses(404, 422, 503),
 )
-async def uninstall(queue: QueueName, name: CronName, request: Request) -> Response:
-    await _cron(request).uninstall(queue, name)
+async def uninstall(queue: QueueName, name: CronName, cron: Cron) -> Response:
+    await cron.uninstall(queue, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

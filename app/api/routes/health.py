@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import Service
+from app.api.deps import Cron, Service
 from app.api.errors import unavailable
 from app.api.openapi import problem_responses
 from app.api.schemas import HealthResponse, ReadyResponse
@@ -43,9 +43,7 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
     response_class=Response,
     responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
 )
-async def metrics(request: Request, service: Service) -> Response:
+async def metrics(request: Request, service: Service, cron: Cron) -> Response:
     metrics = request.app.state.metrics
-    await metrics.refresh_queues(
-        service.list_queues, service.configured_queues, request.app.state.cron.entry_names
-    )
+    await metrics.refresh_queues(service.list_queues, service.configured_queues, cron.entry_names)
     return Response(metrics.exposition(), media_type=metrics.content_type)
