@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -53,6 +55,20 @@ async def _footprint(client: httpx.AsyncClient) -> Footprint:
     return Footprint(blocks, (await client.get("/metrics")).text)
 
 
+@asynccontextmanager
+async def _app_holding_a_message(settings) -> AsyncIterator[tuple[httpx.AsyncClient, FakeClock]]:
+    """The app on a fake clock, through a client, with queue `real` holding one message."""
+    clock = FakeClock()
+    app = create_app(settings, clock=clock)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client,
+    ):
+        offered = await client.put("/v1/queues/real/messages/k", json={"payload": 1, "delay": 60})
+        assert offered.status_code == 201
+        yield client, clock
+
+
 async def _poll_made_up_names(client: httpx.AsyncClient, prefix: str, count: int) -> None:
     for index in range(count):
         # Every fifth a long poll: it waits on the notifier, which must forget it too.
@@ -62,14 +78,7 @@ async def _poll_made_up_names(client: httpx.AsyncClient, prefix: str, count: int
 
 
 async def _made_up_names(settings) -> tuple[Footprint, Footprint]:
-    clock = FakeClock()
-    app = create_app(settings, clock=clock)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client,
-    ):
-        offered = await client.put("/v1/queues/real/messages/k", json={"payload": 1, "delay": 60})
-        assert offered.status_code == 201
+    async with _app_holding_a_message(settings) as (client, clock):
 
         async def forget_settings_read_until_now() -> None:
             clock.advance(SETTINGS_CACHE_SECONDS)  # the settings read so far expire;
@@ -108,14 +117,7 @@ async def _install_and_uninstall_made_up_entries(
 
 
 async def _made_up_cron_entries(settings) -> tuple[Footprint, Footprint]:
-    clock = FakeClock()
-    app = create_app(settings, clock=clock)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client,
-    ):
-        offered = await client.put("/v1/queues/real/messages/k", json={"payload": 1, "delay": 60})
-        assert offered.status_code == 201
+    async with _app_holding_a_message(settings) as (client, clock):
 
         async def footprint_once_idle() -> Footprint:
             clock.advance(IDLE_QUEUE_SECONDS)  # every name uninstalled so far is idle,
