@@ -7,19 +7,14 @@ never a driver's.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import random
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import event, exc
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.util import await_only
 
 from app.domain.cron import (
     CronEntry,
@@ -49,7 +44,7 @@ from app.domain.messages import (
 )
 from app.storage import sql
 from app.storage.dialects import Dialect
-from app.storage.direct import DirectConnection, DirectStatements
+from app.storage.runner import Runner, chunks
 from app.storage.tables import delayed_queue as queue_table
 
 T = TypeVar("T")
@@ -62,8 +57,7 @@ _REDRIVE_CHUNK = 500
 # How long a poll holds messages it found past their delivery limit, should
 # moving them to the dead-letter queue fail: then a later poll tries again.
 _DEAD_LETTER_HOLD_MS = 30_000
-# Transient conflicts (deadlocks, serialization failures) and lost races on one key.
-_TRANSACTION_ATTEMPTS = 5
+# Lost races on one key: an offer reads and writes again at most this often.
 _OFFER_RACE_ATTEMPTS = 100
 # A poll's bound in answer bytes when it has none (any sum of a poll's sizes is smaller).
 _UNBOUNDED = 2**62
@@ -156,14 +150,9 @@ class SqlStore:
                 dialect.entry_runs.delete_pending,
             )
         }
-        # An engine with an asyncio driver does its I/O on the event loop: its
-        # methods must then be called through sqlalchemy.util.greenlet_spawn.
-        self.runs_on_event_loop: bool = engine.dialect.is_async
-        self._direct = (
-            DirectStatements(engine, dialect.bounds.answer_deadline)
-            if self.runs_on_event_loop
-            else None
-        )
+        # The one way its statements run: transactions, retries, bounds, error translation.
+        self.runner = Runner(engine, dialect)
+        self.runs_on_event_loop = self.runner.runs_on_event_loop
         # RETURNING tells which rows went in; rowcount is not reliable for every driver.
         self._insert_returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
             sql.columns.pKey
@@ -186,11 +175,11 @@ class SqlStore:
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
-        if can_create and self._autocommit(
+        if can_create and self.runner.autocommit(
             lambda connection: self._insert(connection, queue, offer, now)
         ):
             return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
-        return self._transaction(
+        return self.runner.transaction(
             lambda connection: self._offer(connection, queue, offer, now, can_create, may_use)
         )
 
@@ -213,10 +202,10 @@ class SqlStore:
 
         created: set[str] = set()
         firsts = [offers[index] for index in first_index.values()]
-        for chunk in self._insert_chunks(firsts):
+        for chunk in self._insertchunks(firsts):
             rows = [_row(queue, offer, now) for offer in chunk]
             created.update(
-                self._autocommit(
+                self.runner.autocommit(
                     lambda connection, rows=rows: self.dialect.insert_many(
                         connection, self._insert_returning_keys, rows
                     )
@@ -242,7 +231,7 @@ class SqlStore:
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
-                stored = self._transaction(
+                stored = self.runner.transaction(
                     lambda connection, offer=offer: self._offer(
                         connection, queue, offer, now, can_create=True, may_use=may_use
                     )
@@ -259,10 +248,10 @@ class SqlStore:
         """
         unchanged: set[str] = set()
         digest = self.dialect.payload_digest
-        for chunk in _chunks(offers, _INSERT_CHUNK):
+        for chunk in chunks(offers, _INSERT_CHUNK):
             stored = {
                 row.pKey: (row.digest, row.scheduledAtInitially)
-                for row in self._read(
+                for row in self.runner.read(
                     lambda connection, chunk=chunk: connection.execute(
                         self.dialect.stored_offers,
                         {"queue": queue, "keys": [offer.key for offer in chunk]},
@@ -276,12 +265,12 @@ class SqlStore:
             )
         return unchanged
 
-    def _insert_chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
+    def _insertchunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
         """`offers` in chunks of _INSERT_CHUNK, each smaller than the dialect's statement
         limit where it has one (payloads counted twice: a text protocol escapes them)."""
         limit = self.dialect.max_statement_bytes
         if limit is None:
-            yield from _chunks(offers, _INSERT_CHUNK)
+            yield from chunks(offers, _INSERT_CHUNK)
             return
         start = 0
         while start < len(offers):
@@ -370,7 +359,7 @@ class SqlStore:
 
     def messages_get(self, queue: str, key: str) -> Message | None:
         """The message under `key`, or None."""
-        row = self._read(
+        row = self.runner.read(
             lambda connection: connection.execute(
                 sql.message_get, {"queue": queue, "key": key}
             ).first()
@@ -426,7 +415,11 @@ class SqlStore:
             parameters["max_deliveries"] = max_deliveries
             parameters["dead_lock_id"] = str(uuid.uuid4())
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
-        run = self._autocommit if self.dialect.claims_in_one_statement else self._transaction
+        run = (
+            self.runner.autocommit
+            if self.dialect.claims_in_one_statement
+            else self.runner.transaction
+        )
         claimed = run(lambda connection: self.dialect.claim(connection, parameters))
         try:
             claimed = self._with_payloads(claimed, lock_id, max_deliveries)
@@ -472,7 +465,7 @@ class SqlStore:
         missing = [row for row in claimed if row.payload is None and row.delivered(max_deliveries)]
         if not missing:
             return claimed
-        payloads = self._read(
+        payloads = self.runner.read(
             lambda connection: sql.read_payloads(
                 connection, self.dialect.claimed_payloads, missing, lock_id
             )
@@ -518,7 +511,7 @@ class SqlStore:
             )
 
         try:
-            self._transaction(give_back)
+            self.runner.transaction(give_back)
         except StorageUnavailable as error:
             log.warning(
                 "a poll of %r could not give back the %d messages it leased and cannot "
@@ -571,7 +564,7 @@ class SqlStore:
                 ).rowcount
             return moved
 
-        return self._transaction_over_keys(move, f"dead-lettering in {queue!r}")
+        return self.runner.transaction_over_keys(move, f"dead-lettering in {queue!r}")
 
     def messages_redrive(
         self,
@@ -622,7 +615,9 @@ class SqlStore:
                 last = rows[-1].id if rows else after
                 return Redrive(moved, skipped, forbidden), len(rows), last
 
-            done, examined, after = self._transaction_over_keys(redrive, f"redriving {queue!r}")
+            done, examined, after = self.runner.transaction_over_keys(
+                redrive, f"redriving {queue!r}"
+            )
             moved += done.moved
             skipped += done.skipped
             forbidden += done.forbidden
@@ -632,7 +627,7 @@ class SqlStore:
 
     def queue_next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""
-        return self._read(
+        return self.runner.read(
             lambda connection: connection.execute(sql.queue_next_due, {"queue": queue}).scalar()
         )
 
@@ -647,17 +642,19 @@ class SqlStore:
 
     def locks_extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
-        return self._single(sql.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until})
+        return self.runner.single(
+            sql.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
+        )
 
     def locks_release(self, queue: str, lock_id: str, at: int) -> int:
         """Give back what `lock_id` holds, due again at `at`."""
-        return self._single(sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at})
+        return self.runner.single(sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at})
 
     # -- queues -----------------------------------------------------------------
 
     def queue_stats(self, queue: str, now: int) -> QueueStats:
         """Counts by state; zeros for a queue that holds nothing."""
-        row = self._read(
+        row = self.runner.read(
             lambda connection: connection.execute(
                 sql.queue_stats, {"queue": queue, "now": now}
             ).first()
@@ -675,7 +672,7 @@ class SqlStore:
                 connection.execute(sql.cron_queues, {}).scalars().all(),
             )
 
-        rows, cron_queues = self._read(read)
+        rows, cron_queues = self.runner.read(read)
         stats = {row.pKind: _stats(row) for row in rows}
         for queue in cron_queues:
             stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
@@ -690,7 +687,7 @@ class SqlStore:
         parameters: dict[str, Any] = {"queue": queue}
         if self.record_history:
             parameters |= {"outcome": Finish.DROPPED.value, "now": now}
-        return self._transaction(
+        return self.runner.transaction(
             lambda connection: self.dialect.remove_in_pages(
                 connection, sql.queue_purge, parameters, record=self.record_history
             )
@@ -700,7 +697,7 @@ class SqlStore:
 
     def settings_get(self, queue: str) -> QueueSettings | None:
         """The queue's own settings, or None when it has the defaults."""
-        row = self._read(
+        row = self.runner.read(
             lambda connection: connection.execute(sql.settings_select, {"queue": queue}).first()
         )
         if row is None:
@@ -715,7 +712,7 @@ class SqlStore:
 
     def settings_queues(self) -> list[str]:
         """The queues that have settings of their own."""
-        return self._read(
+        return self.runner.read(
             lambda connection: list(connection.execute(sql.settings_queues, {}).scalars())
         )
 
@@ -744,7 +741,7 @@ class SqlStore:
                     },
                 )
 
-        self._transaction_over_keys(put, f"on the settings of {settings.queue!r}")
+        self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
 
     def history_prune(self, before: int, batch: int) -> int:
@@ -761,7 +758,7 @@ class SqlStore:
                 {"upto_finished_at": end.finishedAt, "upto_id": end.id},
             ).rowcount
 
-        return self._transaction(prune)
+        return self.runner.transaction(prune)
 
     # -- cron entries -----------------------------------------------------------------
 
@@ -769,7 +766,7 @@ class SqlStore:
         """Create or replace an entry; a new configuration deletes the old one's pending runs."""
         self.dialect.check_payload(entry.payload)
         # A replica that created the entry first makes this one replace it.
-        return self._transaction_over_keys(
+        return self.runner.transaction_over_keys(
             lambda connection: self._cron_install(connection, entry),
             f"on cron entry {entry.name!r}",
         )
@@ -817,7 +814,7 @@ class SqlStore:
                 connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
             )
 
-        return self._transaction(uninstall)
+        return self.runner.transaction(uninstall)
 
     def cron_install_runs(
         self, entry: CronEntry, runs: Sequence[Offer], now: int, *, limit: int, keep_until: int
@@ -866,13 +863,13 @@ class SqlStore:
                         [_row(entry.queue, run, now) for run in chunk],
                     )
                 )
-                for chunk in self._insert_chunks([run for run in runs if run.key in chosen])
+                for chunk in self._insertchunks([run for run in runs if run.key in chosen])
             )
 
-        return self._transaction(install)
+        return self.runner.transaction(install)
 
     def cron_get(self, queue: str, name: str) -> CronEntry | None:
-        row = self._read(
+        row = self.runner.read(
             lambda connection: connection.execute(
                 sql.cron_select, {"entry_queue": queue, "entry_name": name}
             ).first()
@@ -882,16 +879,18 @@ class SqlStore:
     def cron_list(self, queue: str | None = None) -> list[CronEntry]:
         """The entries of one queue, or of every queue, by queue and name."""
         if queue is None:
-            rows = self._read(lambda connection: connection.execute(sql.cron_list_all, {}).all())
+            rows = self.runner.read(
+                lambda connection: connection.execute(sql.cron_list_all, {}).all()
+            )
         else:
-            rows = self._read(
+            rows = self.runner.read(
                 lambda connection: connection.execute(sql.cron_list_queue, {"queue": queue}).all()
             )
         return [_cron_entry(row) for row in rows]
 
     def cron_names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every entry."""
-        return self._read(
+        return self.runner.read(
             lambda connection: [
                 (row.queue, row.name) for row in connection.execute(sql.cron_names, {})
             ]
@@ -908,18 +907,26 @@ class SqlStore:
                     return None  # no alembic_version table: never migrated
                 raise
 
-        return self._read(read)
+        return self.runner.read(read)
 
-    # -- running statements -------------------------------------------------------
+    def listen_statements(self, listener: Callable[[], object]) -> None:
+        """Call `listener` after every statement sent to the database."""
+        self.runner.listen_statements(listener)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.runner.close()
+
+    # -- removals, recorded in the history -----------------------------------------
 
     def _remove(
         self, removal: sql.Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
     ) -> int:
         """Delete what `removal` matches, recording it in the history; how many rows."""
         if not self.record_history or self._recorded_deletes.get(removal) is not None:
-            run = self._autocommit  # one statement
+            run = self.runner.autocommit  # one statement
         else:
-            run = self._transaction
+            run = self.runner.transaction
         return run(lambda connection: self._remove_on(connection, removal, parameters, now, finish))
 
     def _remove_on(
@@ -937,108 +944,6 @@ class SqlStore:
         if recorded_delete is not None:
             return connection.execute(recorded_delete, parameters).rowcount
         return self.dialect.remove_recorded(connection, removal, parameters)
-
-    def _transaction_over_keys(self, work: Callable[[Connection], T], what: str) -> T:
-        """`work` in one transaction, again when it found a unique key taken: another
-        request wrote that key between this one's check and its write. Any other
-        integrity error is a bug, and goes up as one."""
-        for attempt in range(1, _OFFER_RACE_ATTEMPTS + 1):
-            try:
-                return self._transaction(work)
-            except exc.IntegrityError as error:
-                if not self.dialect.is_unique_violation(error):
-                    raise
-                self._pause(random.uniform(0, 0.001 * min(attempt, 10)))
-        raise StorageUnavailable(f"too much contention {what}; try again")
-
-    def _single(self, statement: Any, parameters: dict) -> int:
-        """Run one write statement on its own; the number of rows it touched."""
-        return self._autocommit(
-            lambda connection: connection.execute(statement, parameters).rowcount
-        )
-
-    def _autocommit(self, work: Callable[[Connection], T]) -> T:
-        """Run `work`, one statement, as its own transaction: no BEGIN/COMMIT round trips
-        where the dialect can avoid them."""
-        return self._run(work, self.dialect.single_statement_options, transactional=False)
-
-    def _read(self, work: Callable[[Connection], T]) -> T:
-        return self._run(work, self.dialect.read_options, transactional=False)
-
-    def _transaction(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one transaction."""
-        return self._run(work, {}, transactional=True)
-
-    def _run(
-        self,
-        work: Callable[[Connection], T],
-        options: dict[str, Any],
-        *,
-        transactional: bool,
-    ) -> T:
-        """Run `work` on a pooled connection, again on a transient conflict.
-
-        On an engine with an asyncio driver, `work` gets a DirectConnection (see
-        app/storage/direct.py): in autocommit, with a transaction only when
-        `transactional`. Otherwise a SQLAlchemy Connection with `options`.
-        """
-        for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
-            try:
-                with self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS):
-                    if self._direct is not None:
-                        direct = DirectConnection(self.engine, self._direct)
-                        try:
-                            with direct.begin(transactional):
-                                return work(direct)  # type: ignore[arg-type]
-                        finally:
-                            direct.close()
-                    with self.engine.connect() as connection:
-                        if options:
-                            connection = connection.execution_options(**options)
-                        with connection.begin():
-                            return work(connection)
-            except _Retry:
-                # Back off a little, with jitter, so the two sides of a deadlock part.
-                self._pause(random.uniform(0, 0.005 * 2**attempt))
-        raise AssertionError("unreachable")
-
-    def _pause(self, seconds: float) -> None:
-        if self.runs_on_event_loop:
-            await_only(asyncio.sleep(seconds))  # let the event loop go on meanwhile
-        else:
-            time.sleep(seconds)
-
-    def listen_statements(self, listener: Callable[[], object]) -> None:
-        """Call `listener` after every statement sent to the database."""
-        event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
-        if self._direct is not None:
-            self._direct.listeners.append(listener)
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self.engine.dispose()
-
-    @contextmanager
-    def _translated_errors(self, retrying: bool = False) -> Iterator[None]:
-        """Turn driver errors into StorageUnavailable (or a retry); let bugs through."""
-        try:
-            yield
-        except exc.DBAPIError as error:
-            if retrying and self.dialect.is_retryable(error):
-                raise _Retry from error
-            if self.dialect.is_schema_missing(error):
-                raise StorageUnavailable(
-                    "the database schema is not migrated: run `hourglass migrate`"
-                ) from error
-            if self.dialect.is_unavailable(error) or self.dialect.is_retryable(error):
-                raise StorageUnavailable("the database is unavailable; retry shortly") from error
-            raise
-        except exc.TimeoutError as error:
-            raise StorageUnavailable("the database is busy: no connection free in time") from error
-
-
-class _Retry(Exception):
-    """A transient conflict: the transaction is worth running again."""
 
 
 def _row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
@@ -1099,8 +1004,3 @@ def _stats(row: Any) -> QueueStats:
         oldest_ready_at=row.oldest_ready_at,
         next_scheduled_at=row.next_scheduled_at,
     )
-
-
-def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

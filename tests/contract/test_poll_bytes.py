@@ -19,7 +19,7 @@ from app.domain.errors import StorageUnavailable
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.main import create_app
 from app.storage import sql
-from app.storage.store import SqlStore
+from app.storage.runner import Runner
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows
 
@@ -220,14 +220,14 @@ def test_a_poll_that_can_neither_read_nor_give_back_answers_503(client, clock, m
     for key in ("large-1", "large-2"):
         put(client, "q", key, large)
     monkeypatch.setattr(sql, "read_payloads", _database_gone)
-    transaction = SqlStore._transaction
+    transaction = Runner.transaction
 
-    def giving_back_fails(store, work):
+    def giving_back_fails(runner, work):
         if work.__name__ == "give_back":
             raise StorageUnavailable("the database is unavailable; retry shortly")
-        return transaction(store, work)
+        return transaction(runner, work)
 
-    monkeypatch.setattr(SqlStore, "_transaction", giving_back_fails)
+    monkeypatch.setattr(Runner, "transaction", giving_back_fails)
     response = client.post("/v1/queues/q/poll", json={"max": 10, "lease": 30})
     assert response.status_code == 503, response.text
     assert "retry-after" in response.headers
