@@ -26,7 +26,7 @@ from app.periodic import Periodic
 from app.queue.notifier import Notifier
 from app.queue.service import QueueService
 from app.storage.calls import StorageCalls
-from app.storage.engine import create_store
+from app.storage.engine import create_storage
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The shared parts, built once: the store, the one way async code calls it, and
+        # The shared parts, built once: the storage, the one way async code calls it, and
         # the notifier that wakes long polls; the services are handed them.
         metrics = app.state.metrics
-        store = create_store(settings, on_event_loop=True)
-        store.listen_statements(metrics.statement_sent)
-        calls = StorageCalls(store, settings.pool_size, settings.lock_timeout)
+        storage = create_storage(settings, on_event_loop=True)
+        storage.listen_statements(metrics.statement_sent)
+        calls = StorageCalls(storage, settings.pool_size, settings.lock_timeout)
         notifier = Notifier()
         service = QueueService(
-            store,
+            storage,
             calls,
             notifier,
             clock,
@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         )
         app.state.service = service
         app.state.cron = CronService(
-            store,
+            storage,
             calls,
             notifier,
             clock,
@@ -127,7 +127,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 await pruner.stop()
             finally:
                 notifier.close()
-                await calls.close()  # waits for calls in flight, then closes the store
+                await calls.close()  # waits for calls in flight, then closes the storage
 
     app = FastAPI(
         title="Hourglass",

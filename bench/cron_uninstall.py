@@ -5,7 +5,7 @@
 
 On a fresh database per server, an entry with 1,000 runs (stored straight into
 its queue, as the manager did before runs were bounded) is uninstalled through
-the store (`SqlStore.cron_uninstall`: the entry's row, its runs, their history
+the store (`Storage.cron_uninstall`: the entry's row, its runs, their history
 rows, one transaction), its queue first holding nothing else, then 1,000,000
 other messages, then 1,000,000 runs of another entry (keys of a run's shape,
 so on PostgreSQL they are in the partial index of run keys too). Each queue is
@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 from app.config import Settings, normalize_database_url
 from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry
-from app.storage.engine import create_store
+from app.storage.engine import create_storage
 from app.storage.schema import upgrade_to_head
 from tests.helpers import fill_queue
 
@@ -109,10 +109,10 @@ def _settle(url: str) -> None:
 def _uninstall_time(store, url: str) -> float:
     """Seconds to uninstall an entry with RUNS runs, installed just before."""
     entry = _entry(f"tick-{uuid.uuid4().hex[:8]}")
-    store.cron_install(entry)
+    store.cron.install(entry)
     _fill_runs(url, entry, RUNS)
     started = time.perf_counter()
-    removed = store.cron_uninstall(QUEUE, entry.name, NOW_MS)
+    removed = store.cron.uninstall(QUEUE, entry.name, NOW_MS)
     elapsed = time.perf_counter() - started
     assert removed == RUNS, removed
     return elapsed
@@ -138,7 +138,7 @@ def measure(url: str, others: int, rounds: int) -> dict[str, list[float]]:
         fill(urls[label])
         _settle(urls[label])
     stores = {
-        label: create_store(Settings(database_url=queue_url, auto_migrate=False))
+        label: create_storage(Settings(database_url=queue_url, auto_migrate=False))
         for label, queue_url in urls.items()
     }
     try:

@@ -1,4 +1,4 @@
-"""The cron rules over a Store and a Clock: install, read, list, uninstall, and keep
+"""The cron rules over storage (its port: app/cron/ports.py) and a Clock: install, read, list, uninstall, and keep
 upcoming runs installed as ordinary messages.
 
 Installing runs is idempotent (`if_exists=ignore` on keys that name the entry,
@@ -17,6 +17,7 @@ from typing import Any
 
 from app.clock import Clock
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
+from app.cron.ports import CronStorage
 from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs
 from app.domain.cron import CronEntry, InstallOutcome, run_key
 from app.domain.errors import CronEntryNotFound, CronEntryTooLarge
@@ -24,7 +25,6 @@ from app.domain.messages import IfExists, Offer
 from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
 from app.storage.calls import StorageCalls
-from app.storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class CronService:
 
     def __init__(
         self,
-        store: Store,
+        storage: CronStorage,
         calls: StorageCalls,
         notifier: Notifier,
         clock: Clock,
@@ -77,7 +77,7 @@ class CronService:
         runs_installed: Callable[[str, str, int], object] = lambda queue, name, count: None,
         failed: Callable[[str], object] = lambda kind: None,
     ) -> None:
-        self.store = store
+        self.storage = storage
         self.calls = calls
         self.clock = clock
         self.notifier = notifier
@@ -109,7 +109,7 @@ class CronService:
             created_at=now,
             updated_at=now,
         )
-        installed = await self.calls.run(partial(self.store.cron_install, entry), queue)
+        installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
         self.notifier.notify(queue)
         return installed.outcome, self._view(installed.entry, now, 5)
@@ -117,24 +117,26 @@ class CronService:
     async def get(
         self, queue: str, name: str, after: int | None = None, count: int = 5
     ) -> CronView:
-        entry = await self.calls.run(partial(self.store.cron_get, queue, name), queue)
+        entry = await self.calls.run(partial(self.storage.cron.get, queue, name), queue)
         if entry is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
         return self._view(entry, self.clock.now_ms() if after is None else after, count)
 
     async def list_entries(self, queue: str) -> list[CronView]:
         now = self.clock.now_ms()
-        entries = await self.calls.run(partial(self.store.cron_list, queue), queue)
+        entries = await self.calls.run(partial(self.storage.cron.list, queue), queue)
         return [self._view(entry, now, 5) for entry in entries]
 
     async def entry_names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every stored entry."""
-        return await self.calls.run(self.store.cron_names)
+        return await self.calls.run(self.storage.cron.names)
 
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""
         now = self.clock.now_ms()
-        removed = await self.calls.run(partial(self.store.cron_uninstall, queue, name, now), queue)
+        removed = await self.calls.run(
+            partial(self.storage.cron.uninstall, queue, name, now), queue
+        )
         if removed is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
 
@@ -145,7 +147,7 @@ class CronService:
         is checked between entries, so shutdown does not wait for a long pass.
         """
         now = self.clock.now_ms()
-        entries = await self.calls.run(self.store.cron_list)
+        entries = await self.calls.run(self.storage.cron.list)
         created = 0
         for entry in entries:
             if stopping():
@@ -192,7 +194,7 @@ class CronService:
         ]
         # None: another replica changed or removed the entry meanwhile; nothing written.
         created = (
-            self.store.cron_install_runs(entry, offers, now, limit=limit, keep_until=keep_until)
+            self.storage.cron.install_runs(entry, offers, now, limit=limit, keep_until=keep_until)
             or 0
         )
         if created:

@@ -1,7 +1,7 @@
 """`hourglass pipeline import`: schedule every valid row of a dataset, from Spark's executors.
 
 Each executor writes its partitions through the service's own storage code
-(SqlStore.messages_offer_many, the batch offer of the HTTP API), so a row is
+(Storage.messages_offer_many, the batch offer of the HTTP API), so a row is
 created, updated or ignored exactly as the same offer over HTTP would be. Keys
 make it idempotent: a second run, or a run after a crash half-way, schedules
 every valid row once.
@@ -165,9 +165,9 @@ def _check_and_write(
 
     def work(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from app.config import Settings
-        from app.storage.engine import create_store
+        from app.storage.engine import create_storage
 
-        store = create_store(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
+        store = create_storage(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
         counts: Counter[str] = Counter()
         pending: dict[str, list[Offer]] = {}
         rejects: list[transforms.Row] = []
@@ -182,7 +182,7 @@ def _check_and_write(
         def flush(queue: str) -> None:
             offers = pending.pop(queue)
             counts.update(
-                outcome.value for outcome in store.messages_offer_many(queue, offers, now_ms)
+                outcome.value for outcome in store.messages.offer_many(queue, offers, now_ms)
             )
             written.add(len(offers))
 

@@ -1,4 +1,4 @@
-"""The queue's rules over a Store and a Clock: offers, polls (long or not), leases, stats.
+"""The queue's rules over storage (its ports: app/queue/ports.py) and a Clock: offers, polls (long or not), leases, stats.
 
 Storage calls go through StorageCalls (on the event loop with PostgreSQL, on
 threads with SQLite), each on behalf of its queue, so that one queue in trouble
@@ -43,9 +43,9 @@ from app.domain.messages import (
 )
 from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
+from app.queue.ports import QueueStorage
 from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
-from app.storage.store import Store
 
 T = TypeVar("T")
 
@@ -96,7 +96,7 @@ class QueueService:
 
     def __init__(
         self,
-        store: Store,
+        storage: QueueStorage,
         calls: StorageCalls,
         notifier: Notifier,
         clock: Clock,
@@ -107,9 +107,9 @@ class QueueService:
         poll_recheck_seconds: float,
         events: QueueEvents | None = None,
     ) -> None:
-        """`calls` runs `store`'s methods; `notifier` wakes this process's long polls. The
+        """`calls` runs `storage`'s methods; `notifier` wakes this process's long polls. The
         application builds and closes both (app/main.py), and shares them with cron."""
-        self.store = store
+        self.storage = storage
         self.events: QueueEvents = events or _Unobserved()
         self.clock = clock
         self.default_lease_ms = round(default_lease_seconds * 1000)
@@ -150,7 +150,7 @@ class QueueService:
         stored = await self._run(
             queue,
             partial(
-                self.store.messages_offer,
+                self.storage.messages.offer,
                 queue,
                 offer,
                 now,
@@ -172,7 +172,7 @@ class QueueService:
         now = self.clock.now_ms()
         offers = [self._to_offer(request, now) for request in requests]
         outcomes = await self._run(
-            queue, partial(self.store.messages_offer_many, queue, offers, now, may_use)
+            queue, partial(self.storage.messages.offer_many, queue, offers, now, may_use)
         )
         self.events.offered(queue, outcomes)
         if any(outcome is not Outcome.IGNORED for outcome in outcomes):
@@ -190,7 +190,7 @@ class QueueService:
     # -- one message ----------------------------------------------------------------
 
     async def get(self, queue: str, key: str) -> Message:
-        message = await self._run(queue, partial(self.store.messages_get, queue, key))
+        message = await self._run(queue, partial(self.storage.messages.get, queue, key))
         if message is None:
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
         return message
@@ -201,7 +201,7 @@ class QueueService:
 
     async def delete(self, queue: str, key: str) -> None:
         now = self.clock.now_ms()
-        if not await self._run(queue, partial(self.store.messages_delete, queue, key, now)):
+        if not await self._run(queue, partial(self.storage.messages.delete, queue, key, now)):
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
 
     # -- polling and leases ----------------------------------------------------------
@@ -255,7 +255,7 @@ class QueueService:
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease
-                next_due = await self._run(queue, partial(self.store.queue_next_due, queue))
+                next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
                 timeout = min(remaining, self.poll_recheck_seconds)
                 if next_due is not None:
                     until_due = (next_due - self.clock.now_ms()) / 1000
@@ -272,7 +272,7 @@ class QueueService:
             claim: Claim = await self._run(
                 queue,
                 partial(
-                    self.store.messages_poll,
+                    self.storage.leases.poll,
                     queue,
                     limit,
                     lock_id,
@@ -296,20 +296,24 @@ class QueueService:
         """Delete what the lock still holds."""
         now = self.clock.now_ms()
         count = await self._on_lock(
-            queue, lock_id, partial(self.store.locks_acknowledge, queue, lock_id, now)
+            queue, lock_id, partial(self.storage.leases.acknowledge, queue, lock_id, now)
         )
         self.events.acknowledged(queue, count)
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
         """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
         until = self.clock.now_ms() + round(lease_seconds * 1000)
-        await self._on_lock(queue, lock_id, partial(self.store.locks_extend, queue, lock_id, until))
+        await self._on_lock(
+            queue, lock_id, partial(self.storage.leases.extend, queue, lock_id, until)
+        )
         return until
 
     async def release(self, queue: str, lock_id: str, delay_seconds: float = 0) -> None:
         """Give the messages back, due again after `delay_seconds`, as redeliveries."""
         at = self.clock.now_ms() + round(delay_seconds * 1000)
-        await self._on_lock(queue, lock_id, partial(self.store.locks_release, queue, lock_id, at))
+        await self._on_lock(
+            queue, lock_id, partial(self.storage.leases.release, queue, lock_id, at)
+        )
         self.notifier.notify(queue)
 
     async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> int:
@@ -325,16 +329,20 @@ class QueueService:
     # -- queues ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> QueueStats:
-        return await self._run(queue, partial(self.store.queue_stats, queue, self.clock.now_ms()))
+        return await self._run(
+            queue, partial(self.storage.messages.stats, queue, self.clock.now_ms())
+        )
 
     async def list_queues(self) -> list[QueueStats]:
-        return await self.calls.run(partial(self.store.queues_stats, self.clock.now_ms()))
+        return await self.calls.run(partial(self.storage.messages.all_stats, self.clock.now_ms()))
 
     async def purge(self, queue: str, confirm: str | None) -> int:
         """Delete every message of the queue, if `confirm` repeats its name."""
         if confirm != queue:
             raise PurgeNotConfirmed(f"to purge, repeat the queue's name: ?confirm={queue}")
-        return await self._run(queue, partial(self.store.queue_purge, queue, self.clock.now_ms()))
+        return await self._run(
+            queue, partial(self.storage.messages.purge, queue, self.clock.now_ms())
+        )
 
     # -- queue settings, dead letters, history -------------------------------------------
 
@@ -343,7 +351,7 @@ class QueueService:
         cached = self._settings.get(queue)
         if cached is not None and _within_settings_cache(self.clock.now_ms() - cached[0]):
             return cached[1]
-        stored = await self._run(queue, partial(self.store.settings_get, queue))
+        stored = await self._run(queue, partial(self.storage.settings.get, queue))
         settings = stored or QueueSettings(queue)
         self._keep_settings(queue, settings)
         return settings
@@ -366,7 +374,7 @@ class QueueService:
 
     async def configured_queues(self) -> list[str]:
         """The queues that have settings of their own."""
-        return await self.calls.run(self.store.settings_queues)
+        return await self.calls.run(self.storage.settings.queues)
 
     async def put_settings(
         self,
@@ -401,7 +409,7 @@ class QueueService:
         if max_deliveries is not None or dead_letter_queue is not None:
             # Where this queue's dead letters would go, named or by default.
             _check_allowed(may_use, settings.effective_dead_letter_queue)
-        stored = await self._run(queue, partial(self.store.settings_put, settings))
+        stored = await self._run(queue, partial(self.storage.settings.put, settings))
         self._keep_settings(queue, stored)
         return stored
 
@@ -419,7 +427,7 @@ class QueueService:
             _check_allowed(may_use, to)
         redrive = await self._run(
             queue,
-            partial(self.store.messages_redrive, queue, to, limit, self.clock.now_ms(), may_use),
+            partial(self.storage.leases.redrive, queue, to, limit, self.clock.now_ms(), may_use),
         )
         if redrive.moved:
             if to is not None:
@@ -436,7 +444,7 @@ class QueueService:
         before = self.clock.now_ms() - retention_ms
         pruned = 0
         while not stopping():
-            deleted = await self.calls.run(partial(self.store.history_prune, before, batch))
+            deleted = await self.calls.run(partial(self.storage.history.prune, before, batch))
             pruned += deleted
             if deleted < batch:
                 break
@@ -444,7 +452,7 @@ class QueueService:
 
     async def schema_status(self) -> SchemaStatus:
         """Whether the database answers at the schema this release needs."""
-        current = await self.calls.run_readiness_check(self.store.schema_revision)
+        current = await self.calls.run_readiness_check(self.storage.schema_revision)
         return SchemaStatus(current=current, expected=head_revision())
 
     async def _run(self, queue: str, call: Callable[[], T]) -> T:

@@ -27,7 +27,7 @@ from typing import TypeVar
 from sqlalchemy.util import greenlet_spawn
 
 from app.domain.errors import StorageUnavailable
-from app.storage.store import Store
+from app.storage.store import Storage
 
 T = TypeVar("T")
 
@@ -114,14 +114,14 @@ class Turns:
 
 
 class StorageCalls:
-    """Runs a store's blocking-looking methods for async callers; one per store."""
+    """Runs storage's blocking-looking methods for async callers; one per Storage."""
 
-    def __init__(self, store: Store, connections: int, wait_seconds: float) -> None:
-        self.store = store
+    def __init__(self, storage: Storage, connections: int, wait_seconds: float) -> None:
+        self.storage = storage
         self._wait_seconds = wait_seconds
         self._executor = (
             None
-            if store.runs_on_event_loop
+            if storage.runs_on_event_loop
             else ThreadPoolExecutor(
                 max_workers=connections + READINESS_CONNECTIONS, thread_name_prefix="storage"
             )
@@ -150,12 +150,12 @@ class StorageCalls:
             turns.give_back(queue)
 
     async def close(self) -> None:
-        """Wait for calls in flight, then close the store."""
+        """Wait for calls in flight, then close the storage."""
         await self._turns.drain()
         await self._readiness_turns.drain()
         if self._executor is not None:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self._executor.shutdown)
-            await loop.run_in_executor(None, self.store.close)
+            await loop.run_in_executor(None, self.storage.close)
             return
-        await greenlet_spawn(self.store.close)
+        await greenlet_spawn(self.storage.close)

@@ -1,4 +1,4 @@
-"""Builds the SQLAlchemy engine and the Store for a database URL."""
+"""Builds the SQLAlchemy engine and the Storage for a database URL."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from app.storage.calls import READINESS_CONNECTIONS
 from app.storage.dialects import Bounds, Dialect, for_engine_url
 from app.storage.dialects.base import ANSWER_GRACE_SECONDS
 from app.storage.direct import ping_within
-from app.storage.store import SqlStore
+from app.storage.store import Storage
 
 # Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
 INSERT_ROWS_PER_STATEMENT = 200
@@ -30,7 +30,7 @@ def create_database_engine(
 
     With `on_event_loop`, and a driver that has an asyncio API (psycopg), the
     engine does its I/O on the running event loop: its synchronous API is then
-    only usable from inside `sqlalchemy.util.greenlet_spawn` (see SqlStore).
+    only usable from inside `sqlalchemy.util.greenlet_spawn` (see Storage).
     """
     dialect = dialect or for_engine_url(settings.database_url, bounds_of(settings))
     options = {
@@ -47,7 +47,7 @@ def create_database_engine(
         **dialect.engine_options(),
     }
     if on_event_loop and dialect.has_asyncio_driver:
-        # Connections stay in autocommit; the store's transactions say BEGIN themselves.
+        # Connections stay in autocommit; storage's transactions say BEGIN themselves.
         engine = create_async_engine(
             settings.database_url, isolation_level="AUTOCOMMIT", **options
         ).sync_engine
@@ -105,8 +105,8 @@ def _ping_doubtful_connections(
             raise exc.DisconnectionError() from error
 
 
-def create_store(settings: Settings, *, on_event_loop: bool = False) -> SqlStore:
-    """The Store for `settings.database_url`, owning a new engine (see create_database_engine)."""
+def create_storage(settings: Settings, *, on_event_loop: bool = False) -> Storage:
+    """The Storage for `settings.database_url`, owning a new engine (see create_database_engine)."""
     dialect = for_engine_url(settings.database_url, bounds_of(settings))
     engine = create_database_engine(settings, dialect, on_event_loop=on_event_loop)
-    return SqlStore(engine, dialect, record_history=settings.history)
+    return Storage(engine, dialect, record_history=settings.history)

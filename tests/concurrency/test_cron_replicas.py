@@ -16,7 +16,7 @@ from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry, run_key
 from app.domain.messages import IfExists, Offer
 from app.main import create_app
-from app.storage.engine import create_store
+from app.storage.engine import create_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.helpers import keys_of, poll, stored_rows
 
@@ -72,7 +72,7 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
     and the entry keeps its limit (reading at once, each would add its own 10)."""
     truncate_all(server_url)
     settings = Settings(database_url=server_url, auto_migrate=False)
-    first, second = create_store(settings), create_store(settings)
+    first, second = create_storage(settings), create_storage(settings)
     schedule = Schedule(every=1)
     entry = CronEntry(
         queue="reports",
@@ -84,7 +84,7 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
         created_at=START_MS,
         updated_at=START_MS,
     )
-    first.cron_install(entry)
+    first.cron.install(entry)
     first_has_read, second_has_read = threading.Event(), threading.Event()
 
     def after_reading_runs(event: threading.Event, then=None):
@@ -114,7 +114,7 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
             )
             for n in range(1, 11)
         ]
-        return store.cron_install_runs(entry, runs, now, limit=10, keep_until=now + 3_600_000)
+        return store.cron.install_runs(entry, runs, now, limit=10, keep_until=now + 3_600_000)
 
     try:
         with ThreadPoolExecutor(2) as pool:

@@ -17,7 +17,7 @@ import httpx
 
 from app.config import Settings
 from app.domain.messages import IfExists, Offer
-from app.storage.engine import create_store
+from app.storage.engine import create_storage
 from tests.server import running_server
 
 PAYLOAD_BYTES = 262_144  # HOURGLASS_MAX_PAYLOAD_BYTES's default
@@ -38,7 +38,7 @@ def _json_string(length: int, letter: bytes) -> bytes:
 
 
 def _store_messages(settings: Settings) -> None:
-    store = create_store(settings)
+    store = create_storage(settings)
     try:
         due = round(time.time() * 1000) - 60_000
 
@@ -48,7 +48,7 @@ def _store_messages(settings: Settings) -> None:
                     Offer(f"{queue}-{index:03d}", payload, due, IfExists.UPDATE)
                     for index in range(start, min(start + 10, count))
                 ]
-                store.messages_offer_many(queue, offers, due)
+                store.messages.offer_many(queue, offers, due)
 
         offer("big", MESSAGES, _json_string(PAYLOAD_BYTES, b"x"))
         offer("small", 1, b"1")

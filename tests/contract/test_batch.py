@@ -134,17 +134,17 @@ def test_offering_stored_messages_again_reads_them_back_in_chunks(store):
     """A re-run of an import: the unchanged keys are ignored after one read per chunk,
     without the single offer's locked read and commit per key; changed ones update."""
     offers = [Offer(f"k{index:04d}", b'{"i":%d}' % index, START_MS) for index in range(1000)]
-    assert set(store.messages_offer_many("q", offers, START_MS)) == {Outcome.CREATED}
+    assert set(store.messages.offer_many("q", offers, START_MS)) == {Outcome.CREATED}
     statements = []
     store.listen_statements(lambda: statements.append(1))
 
-    again = store.messages_offer_many("q", offers, START_MS + 1)
+    again = store.messages.offer_many("q", offers, START_MS + 1)
     assert set(again) == {Outcome.IGNORED}
     assert len(statements) <= 20  # a few per chunk of 200 keys; one per key would be 2000+
 
     changed = [*offers[:990], *(replace(offer, payload=b'"new"') for offer in offers[990:])]
-    outcomes = store.messages_offer_many("q", changed, START_MS + 2)
+    outcomes = store.messages.offer_many("q", changed, START_MS + 2)
     assert outcomes == [Outcome.IGNORED] * 990 + [Outcome.UPDATED] * 10
-    assert store.messages_get("q", "k0999").payload == b'"new"'
+    assert store.messages.get("q", "k0999").payload == b'"new"'
     moved = replace(offers[0], scheduled_at=START_MS + 5)
-    assert store.messages_offer_many("q", [moved], START_MS + 3) == [Outcome.UPDATED]
+    assert store.messages.offer_many("q", [moved], START_MS + 3) == [Outcome.UPDATED]

@@ -321,9 +321,9 @@ def test_an_entry_stored_before_the_bounds_is_brought_under_them(client, clock, 
         created_at=clock.now,
         updated_at=clock.now,
     )
-    store.cron_install(entry)
+    store.cron.install(entry)
     runs = [clock.now + n * 1000 for n in range(1, 41)]
-    store.messages_offer_many(
+    store.messages.offer_many(
         "reports",
         [
             Offer(run_key("big", entry.config_hash, run), payload, run, IfExists.IGNORE)

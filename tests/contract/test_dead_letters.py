@@ -327,10 +327,10 @@ def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
     limited = QueueSettings("q", max_deliveries=1)
     old = Offer(key="old", payload=b"1", scheduled_at=START_MS - 1)
     new = Offer(key="new", payload=b"2", scheduled_at=START_MS)
-    store.messages_offer_many("q", [old, new], START_MS)
+    store.messages.offer_many("q", [old, new], START_MS)
 
     def poll_store(limit: int, now: int, lease_ms: int = LEASE * 1000):
-        return store.messages_poll("q", limit, str(uuid.uuid4()), now + lease_ms, now, limited)
+        return store.leases.poll("q", limit, str(uuid.uuid4()), now + lease_ms, now, limited)
 
     assert [d.message.key for d in poll_store(1, START_MS).deliveries] == ["old"]
     later = START_MS + LEASE * 1000  # "old" is due again, past its one delivery
@@ -338,7 +338,7 @@ def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
     def database_gone(*_arguments):
         raise StorageUnavailable("the database is unavailable; retry shortly")
 
-    monkeypatch.setattr(store, "_dead_letter", database_gone)
+    monkeypatch.setattr(store.leases, "_dead_letter", database_gone)
     claim = poll_store(2, later, lease_ms=3_600_000)
     assert [d.message.key for d in claim.deliveries] == ["new"]  # delivered all the same
     assert claim.dead_lettered == 0
@@ -346,5 +346,5 @@ def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
 
     assert poll_store(2, later).deliveries == []  # "old" is held a while, "new" leased
     assert poll_store(2, later + 30_000).dead_lettered == 1
-    moved = store.messages_get("q.dead", "old")
+    moved = store.messages.get("q.dead", "old")
     assert (moved.deliveries, moved.dead_lettered_from) == (0, "q")

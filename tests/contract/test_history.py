@@ -131,7 +131,7 @@ def test_pruning_goes_in_batches_and_stops_at_the_cutoff(store, database):
         connection.execute(insert(delivery_history), rows)
     engine.dispose()
     cutoff = 1_501  # rows 0-1,999 finished before it
-    pruned = [store.history_prune(cutoff, 1_000) for _ in range(3)]
+    pruned = [store.history.prune(cutoff, 1_000) for _ in range(3)]
     assert pruned == [1_000, 1_000, 0]
     remaining = history_rows(database.url)
     assert len(remaining) == 500

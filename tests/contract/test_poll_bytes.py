@@ -18,7 +18,7 @@ from sqlalchemy import exc
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.main import create_app
-from app.storage import sql
+from app.storage import lease_sql
 from app.storage.runner import Runner
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows
@@ -102,12 +102,12 @@ def test_a_message_to_dead_letter_takes_no_room_in_the_answer(store):
     # first and is large, yet the poll still delivers "next" in the same look.
     limited = QueueSettings("q", max_deliveries=1)
     payload = b'"' + b"x" * 10_000 + b'"'
-    store.messages_offer_many(
+    store.messages.offer_many(
         "q", [Offer("spent", payload, START_MS), Offer("next", payload, START_MS + 1_500)], START_MS
     )
 
     def poll_store(now: int):
-        return store.messages_poll(
+        return store.leases.poll(
             "q", 10, str(uuid.uuid4()), now + 1_000, now, limited, max_bytes=15_000
         )
 
@@ -115,13 +115,13 @@ def test_a_message_to_dead_letter_takes_no_room_in_the_answer(store):
     claim = poll_store(START_MS + 2_000)  # "spent" (due again at +1 s) before "next"
     assert [d.message.key for d in claim.deliveries] == ["next"]
     assert claim.dead_lettered == 1
-    assert store.messages_get("q.dead", "spent") is not None
+    assert store.messages.get("q.dead", "spent") is not None
 
 
 def _statements_of_a_poll(store, queue: str, limit: int) -> tuple[int, list[bytes]]:
     statements = []
     store.listen_statements(lambda: statements.append(1))
-    claim = store.messages_poll(
+    claim = store.leases.poll(
         queue, limit, str(uuid.uuid4()), START_MS + 1_000, START_MS, max_bytes=16 * 2**20
     )
     return len(statements), [delivery.message.payload for delivery in claim.deliveries]
@@ -135,15 +135,15 @@ def test_polls_of_small_messages_read_their_payloads_in_the_claim(store):
     claim = empty + (0 if store.dialect.claims_in_one_statement else 1)
     small = [Offer(f"k{index:04d}", b'{"i":%d}' % index, START_MS) for index in range(1000)]
     largest = Offer("largest", b'"%s"' % (b"x" * 262_142), START_MS)  # the default limit
-    store.messages_offer_many("small", small, START_MS)
-    store.messages_offer_many("largest", [largest], START_MS)
+    store.messages.offer_many("small", small, START_MS)
+    store.messages.offer_many("largest", [largest], START_MS)
     for queue, limit, offers in (("small", 1000, small), ("largest", 1, [largest])):
         statements, payloads = _statements_of_a_poll(store, queue, limit)
         assert statements == claim, queue
         assert payloads == [offer.payload for offer in offers]
 
     large = [Offer(f"k{index}", b'"%s"' % (b"%d" % index * 50_000), START_MS) for index in range(8)]
-    store.messages_offer_many("large", large, START_MS)
+    store.messages.offer_many("large", large, START_MS)
     statements, payloads = _statements_of_a_poll(store, "large", 8)
     assert statements > claim  # read after the claim, a few at a time
     assert payloads == [offer.payload for offer in large]
@@ -153,23 +153,21 @@ def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeyp
     # Payloads larger than one read are read after the claim commits: a message its
     # producer updated in between is no longer the lock's, and the poll leaves it out.
     large = b'"%s"' % (b"x" * 300_000)
-    store.messages_offer_many(
+    store.messages.offer_many(
         "q", [Offer("a", large, START_MS - 2), Offer("b", large, START_MS - 1)], START_MS
     )
-    read_payloads = sql.read_payloads
+    read_payloads = lease_sql.read_payloads
 
     def updated_first(*arguments):
-        store.messages_offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
+        store.messages.offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
         return read_payloads(*arguments)
 
-    monkeypatch.setattr(sql, "read_payloads", updated_first)
-    claim = store.messages_poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS)
+    monkeypatch.setattr(lease_sql, "read_payloads", updated_first)
+    claim = store.leases.poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS)
     monkeypatch.undo()
     assert [delivery.message.key for delivery in claim.deliveries] == ["b"]
     assert [delivery.message.payload for delivery in claim.deliveries] == [large]
-    (again,) = store.messages_poll(
-        "q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS
-    ).deliveries
+    (again,) = store.leases.poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS).deliveries
     assert (again.message.key, again.message.payload, again.redelivery) == ("a", b'"new"', False)
 
 
@@ -193,7 +191,7 @@ def test_a_poll_whose_payload_read_fails_gives_back_what_it_took(
     clock.advance(10)
     before = _rows_by_key(clean_database.url)
 
-    monkeypatch.setattr(sql, "read_payloads", _database_gone)
+    monkeypatch.setattr(lease_sql, "read_payloads", _database_gone)
     response = client.post("/v1/queues/q/poll", json={"max": 10})
     assert response.status_code == 503, response.text
     assert "retry-after" in response.headers
@@ -219,7 +217,7 @@ def test_a_poll_that_can_neither_read_nor_give_back_answers_503(client, clock, m
     large = "x" * 200_000
     for key in ("large-1", "large-2"):
         put(client, "q", key, large)
-    monkeypatch.setattr(sql, "read_payloads", _database_gone)
+    monkeypatch.setattr(lease_sql, "read_payloads", _database_gone)
     transaction = Runner.transaction
 
     def giving_back_fails(runner, work):

@@ -230,10 +230,10 @@ def _locked_elsewhere(url: str, queue: str, key: str) -> bool:
 def _dead_letter_in_store(store) -> int:
     """billing's "invoice-7", dead-lettered into team-triage; the time it was moved."""
     billing = QueueSettings("billing", max_deliveries=1, dead_letter_queue="team-triage")
-    store.messages_offer("billing", Offer("invoice-7", b"1", START_MS), START_MS)
+    store.messages.offer("billing", Offer("invoice-7", b"1", START_MS), START_MS)
     for now in (START_MS, START_MS + LEASE * 1000):  # a delivery, then the move
-        store.messages_poll("billing", 1, str(uuid.uuid4()), now + LEASE * 1000, now, billing)
-    assert store.messages_get("team-triage", "invoice-7").dead_lettered_from == "billing"
+        store.leases.poll("billing", 1, str(uuid.uuid4()), now + LEASE * 1000, now, billing)
+    assert store.messages.get("team-triage", "invoice-7").dead_lettered_from == "billing"
     return now
 
 
@@ -254,7 +254,7 @@ def test_a_redrive_judges_each_target_while_the_dead_letters_are_locked(store, c
     now = _dead_letter_in_store(store)
     asked = []
     may_use = _asking_while_locked(clean_database.url, asked)
-    redrive = store.messages_redrive("team-triage", None, 10, now, may_use)
+    redrive = store.leases.redrive("team-triage", None, 10, now, may_use)
     assert (redrive.moved, redrive.skipped, redrive.forbidden) == (0, 0, 1)
     assert asked == [("billing", True)]
     assert _locked_elsewhere(clean_database.url, "team-triage", "invoice-7") is False
@@ -265,6 +265,6 @@ def test_an_update_judges_a_dead_letters_origin_while_it_is_locked(store, clean_
     asked = []
     may_use = _asking_while_locked(clean_database.url, asked)
     forged = Offer("invoice-7", b"2", now)
-    assert store.messages_offer("team-triage", forged, now, may_use=may_use).outcome == "updated"
+    assert store.messages.offer("team-triage", forged, now, may_use=may_use).outcome == "updated"
     assert asked == [("billing", True)]
-    assert store.messages_get("team-triage", "invoice-7").dead_lettered_from is None
+    assert store.messages.get("team-triage", "invoice-7").dead_lettered_from is None

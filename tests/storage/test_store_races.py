@@ -20,7 +20,7 @@ def test_many_threads_updating_one_key_each_win_once(store):
         for round_ in range(rounds):
             barrier.wait(30)
             offer = Offer(key="hot", payload=f'"{worker}-{round_}"'.encode(), scheduled_at=NOW)
-            outcomes.append(store.messages_offer("q", offer, NOW).outcome)
+            outcomes.append(store.messages.offer("q", offer, NOW).outcome)
         return outcomes
 
     with ThreadPoolExecutor(threads) as pool:
@@ -29,19 +29,19 @@ def test_many_threads_updating_one_key_each_win_once(store):
         )
     assert outcomes[Outcome.CREATED] == 1
     assert outcomes[Outcome.UPDATED] == threads * rounds - 1
-    assert store.queue_stats("q", NOW).messages == 1
+    assert store.messages.stats("q", NOW).messages == 1
 
 
 def test_concurrent_polls_never_share_a_message(store):
     messages, threads = 600, 8
     offers = [Offer(key=f"k{index}", payload=b"1", scheduled_at=NOW) for index in range(messages)]
-    assert store.messages_offer_many("q", offers, NOW).count(Outcome.CREATED) == messages
+    assert store.messages.offer_many("q", offers, NOW).count(Outcome.CREATED) == messages
     barrier = threading.Barrier(threads)
 
     def drain(worker: int) -> list[str]:
         taken = []
         barrier.wait(30)
-        while deliveries := store.messages_poll(
+        while deliveries := store.leases.poll(
             "q", 1 + worker % 3 * 5, f"lock-{worker}", NOW + 60_000, NOW
         ).deliveries:
             taken.extend(delivery.message.key for delivery in deliveries)
@@ -64,7 +64,7 @@ def test_concurrent_batches_with_overlapping_keys(store):
             Offer(key=key, payload=b"1", scheduled_at=NOW, if_exists=IfExists.IGNORE)
             for key in keys
         ]
-        return store.messages_offer_many("q", offers, NOW)
+        return store.messages.offer_many("q", offers, NOW)
 
     with ThreadPoolExecutor(threads) as pool:
         results = [f.result() for f in [pool.submit(batch, w) for w in range(threads)]]
@@ -72,4 +72,4 @@ def test_concurrent_batches_with_overlapping_keys(store):
         assert sorted(result[index] for result in results) == [Outcome.CREATED] + [
             Outcome.IGNORED
         ] * (threads - 1)
-    assert store.queue_stats("q", NOW).messages == len(keys)
+    assert store.messages.stats("q", NOW).messages == len(keys)

@@ -15,7 +15,7 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
-from app.storage import sql
+from app.storage import lease_sql, sql
 
 # Opening a connection gives up after this long (a server that accepts TCP but never
 # answers, say).
@@ -80,7 +80,7 @@ class Dialect:
     # for, of the keys that exist.
     stored_offers: Select = sql.stored_offers
     # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
-    claimed_payloads: Select = sql.claimed_payloads
+    claimed_payloads: Select = lease_sql.claimed_payloads
     # A cron entry's runs, read and deleted as one range of keys in byte order.
     entry_runs: sql.EntryRuns = sql.runs
     # The largest statement the server takes, where it has a limit (bytes, roughly).
@@ -122,11 +122,11 @@ class Dialect:
         """
         return connection.execute(insert_one, rows).scalars().all()
 
-    def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
+    def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
-        their answer fits in `max_bytes` (sql.answer_length); each with its payload, or
+        their answer fits in `max_bytes` (lease_sql.answer_length); each with its payload, or
         None where it was too large to read here (see claimed_payloads)."""
-        return sql.claim_select_then_update(connection, parameters)
+        return lease_sql.claim_select_then_update(connection, parameters)
 
     def recorded_delete(self, removal: sql.Removal) -> Insert | None:
         """One statement that records `removal`'s rows in the history and deletes them, or

@@ -34,7 +34,7 @@ from sqlalchemy.sql import ClauseElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
-from app.storage import sql
+from app.storage import lease_sql, sql
 from app.storage.dialects.base import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_IDLE_SECONDS,
@@ -50,14 +50,14 @@ from app.storage.tables import delayed_queue as queue_table
 
 
 # One round trip: lock the due rows (skipping those other polls hold), keep those whose
-# answer fits (sql.answer_length, as running sums oldest first), lease them, and
+# answer fits (lease_sql.answer_length, as running sums oldest first), lease them, and
 # return each row with its scheduledAt from *before* the lease, which tells a
 # redelivery from a first delivery per message. Rows past the answer's bound are
 # locked only while the statement runs: never leased, nor counted. A payload comes
-# back inline while the payloads up to it fit in sql.PAYLOAD_READ_BYTES (every poll
-# of small messages); the store reads the rest after it (sql.read_payloads).
+# back inline while the payloads up to it fit in lease_sql.PAYLOAD_READ_BYTES (every poll
+# of small messages); the store reads the rest after it (lease_sql.read_payloads).
 def _claim(limited: bool, many: bool) -> Update:
-    locked = sql.claim_candidates.with_only_columns(
+    locked = lease_sql.claim_candidates.with_only_columns(
         sql.columns.id,
         sql.columns.scheduledAt.label("previous_scheduled_at"),
         sql.columns.lockUuid.label("previous_lock_id"),
@@ -69,7 +69,7 @@ def _claim(limited: bool, many: bool) -> Update:
     picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
     # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
     if many:
-        # sql.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
+        # lease_sql.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
         size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
         if limited:
             size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
@@ -89,13 +89,15 @@ def _claim(limited: bool, many: bool) -> Update:
         )
     statement = update(queue_table).where(sql.columns.id == picked.c.id, *conditions)
     if limited:
-        statement = statement.ordered_values(*sql.claim_values_limited)
+        statement = statement.ordered_values(*lease_sql.claim_values_limited)
     else:
-        statement = statement.values(sql.claim_values)
+        statement = statement.values(lease_sql.claim_values)
     return statement.returning(
         sql.columns.id,
         sql.columns.pKey,
-        case((payloads_bytes <= sql.PAYLOAD_READ_BYTES, sql.columns.payload)).label("payload"),
+        case((payloads_bytes <= lease_sql.PAYLOAD_READ_BYTES, sql.columns.payload)).label(
+            "payload"
+        ),
         picked.c.payload_bytes,
         picked.c.previous_scheduled_at,
         sql.columns.scheduledAtInitially,
@@ -333,10 +335,10 @@ class PostgreSQLDialect(Dialect):
         }
         return connection.execute(_insert_rows, parameters).scalars().all()
 
-    def claim(self, connection: Connection, parameters: dict) -> list[sql.ClaimedRow]:
+    def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]
         return [
-            sql.ClaimedRow(
+            lease_sql.ClaimedRow(
                 id=row.id,
                 key=row.pKey,
                 payload=row.payload,

@@ -1,0 +1,102 @@
+"""What the queue service needs from storage: its ports, satisfied by app/storage
+(`Storage` and its rooms) and checked by mypy where `create_app` wires them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from app.domain.messages import (
+    Claim,
+    Message,
+    Offer,
+    OfferOutcome,
+    Outcome,
+    QueueFilter,
+    QueueSettings,
+    QueueStats,
+    Redrive,
+    every_queue,
+)
+
+
+class Messages(Protocol):
+    def offer(
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
+    ) -> OfferOutcome | None: ...
+
+    def offer_many(
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
+    ) -> list[Outcome]: ...
+
+    def get(self, queue: str, key: str) -> Message | None: ...
+
+    def delete(self, queue: str, key: str, now: int) -> bool: ...
+
+    def next_due(self, queue: str) -> int | None: ...
+
+    def stats(self, queue: str, now: int) -> QueueStats: ...
+
+    def all_stats(self, now: int) -> list[QueueStats]: ...
+
+    def purge(self, queue: str, now: int) -> int: ...
+
+
+class Leases(Protocol):
+    def poll(
+        self,
+        queue: str,
+        limit: int,
+        lock_id: str,
+        lease_until: int,
+        now: int,
+        settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> Claim: ...
+
+    def redrive(
+        self, queue: str, to: str | None, limit: int, now: int, may_use: QueueFilter = every_queue
+    ) -> Redrive: ...
+
+    def acknowledge(self, queue: str, lock_id: str, now: int) -> int: ...
+
+    def extend(self, queue: str, lock_id: str, until: int) -> int: ...
+
+    def release(self, queue: str, lock_id: str, at: int) -> int: ...
+
+
+class Settings(Protocol):
+    def get(self, queue: str) -> QueueSettings | None: ...
+
+    def put(self, settings: QueueSettings) -> QueueSettings: ...
+
+    def queues(self) -> list[str]: ...
+
+
+class History(Protocol):
+    def prune(self, before: int, batch: int) -> int: ...
+
+
+class QueueStorage(Protocol):
+    """The rooms the queue service uses."""
+
+    @property
+    def messages(self) -> Messages: ...
+
+    @property
+    def leases(self) -> Leases: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def history(self) -> History: ...
+
+    def schema_revision(self) -> str | None: ...

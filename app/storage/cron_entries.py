@@ -1,0 +1,203 @@
+"""Cron entries, and the runs each keeps installed as ordinary messages."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from app.domain.cron import (
+    CronEntry,
+    CronInstall,
+    InstallOutcome,
+    kept_run_count,
+    run_key,
+    run_key_pattern,
+    run_key_range,
+    runs_to_install,
+)
+from app.domain.messages import Offer
+from app.storage import sql
+from app.storage.dialects import Dialect
+from app.storage.history import Removals
+from app.storage.messages import Inserts
+from app.storage.runner import Runner
+
+
+class SqlCronEntries:
+    """Cron entries by queue and name."""
+
+    def __init__(
+        self, runner: Runner, dialect: Dialect, removals: Removals, inserts: Inserts
+    ) -> None:
+        self.runner = runner
+        self.dialect = dialect
+        self.removals = removals
+        self.inserts = inserts
+
+    def install(self, entry: CronEntry) -> CronInstall:
+        """Create or replace an entry; a new configuration deletes the old one's pending runs."""
+        self.dialect.check_payload(entry.payload)
+        # A replica that created the entry first makes this one replace it.
+        return self.runner.transaction_over_keys(
+            lambda connection: self._install(connection, entry),
+            f"on cron entry {entry.name!r}",
+        )
+
+    def _install(self, connection: Connection, entry: CronEntry) -> CronInstall:
+        # Locks the entry's row: a replica installing runs of it (share lock) finishes first.
+        key = {"entry_queue": entry.queue, "entry_name": entry.name}
+        row = connection.execute(sql.cron_select_for_update, key).first()
+        if row is None:
+            connection.execute(sql.cron_insert, _cron_row(entry))
+            return CronInstall(InstallOutcome.CREATED, entry, 0)
+        stored = _cron_entry(row)
+        if (stored.config_hash, stored.lookahead_ms) == (entry.config_hash, entry.lookahead_ms):
+            return CronInstall(InstallOutcome.UNCHANGED, stored, 0)
+        connection.execute(
+            sql.cron_update,
+            {
+                **key,
+                "new_schedule": entry.schedule,
+                "new_payload": entry.payload,
+                "new_config_hash": entry.config_hash,
+                "new_lookahead_ms": entry.lookahead_ms,
+                "now": entry.updated_at,
+            },
+        )
+        removed = 0
+        if stored.config_hash != entry.config_hash:
+            removed = self.removals.remove_on(
+                connection,
+                self.dialect.entry_runs.delete_pending,
+                _runs_of(entry.queue, entry.name, stored.config_hash),
+                entry.updated_at,
+            )
+        changed = dataclasses.replace(entry, created_at=stored.created_at)
+        return CronInstall(InstallOutcome.CHANGED, changed, removed)
+
+    def uninstall(self, queue: str, name: str, now: int) -> int | None:
+        """Delete the entry and its pending runs; how many runs, or None when there was no entry."""
+
+        def uninstall(connection: Connection) -> int | None:
+            entry_key = {"entry_queue": queue, "entry_name": name}
+            if not connection.execute(sql.cron_delete, entry_key).rowcount:
+                return None
+            return self.removals.remove_on(
+                connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
+            )
+
+        return self.runner.transaction(uninstall)
+
+    def install_runs(
+        self, entry: CronEntry, runs: Sequence[Offer], now: int, *, limit: int, keep_until: int
+    ) -> int | None:
+        """Bring the entry's runs under `limit` and add the first of `runs` that fit; how
+        many went in, or None when the entry was changed or removed meanwhile (then
+        nothing is written).
+
+        The entry's stored runs (of its configuration, in any state) lose those due after
+        `keep_until` and, past `limit`, the latest not yet due (app/domain/cron.py:
+        kept_run_count); then `runs` (earliest first) whose keys are free go in while
+        fewer than `limit` are stored. The entry's row is locked for the transaction:
+        replicas installing runs of one entry take turns, so the count is exact, and a
+        change or an uninstall waits, and its delete of the old runs then sees these.
+        """
+        key = {"entry_queue": entry.queue, "entry_name": entry.name}
+        of_configuration = _runs_of(entry.queue, entry.name, entry.config_hash)
+        statements = self.dialect.entry_runs
+
+        def install(connection: Connection) -> int | None:
+            current = connection.execute(sql.cron_select_for_update, key).first()
+            if current is None or current.configHash != entry.config_hash:
+                return None
+            stored = sorted(connection.execute(statements.keys, of_configuration).scalars())
+            kept = kept_run_count(
+                stored,
+                limit,
+                due_until=run_key(entry.name, entry.config_hash, now),
+                keep_until=run_key(entry.name, entry.config_hash, keep_until),
+            )
+            removed = 0
+            if kept < len(stored):
+                after = {"after_key": stored[kept - 1]} if kept else {}
+                removed = self.removals.remove_on(
+                    connection, statements.delete_pending, {**of_configuration, **after}, now
+                )
+            fresh = runs_to_install(
+                stored, [run.key for run in runs], limit - (len(stored) - removed)
+            )
+            chosen = set(fresh)
+            return sum(
+                len(self.inserts.many(connection, entry.queue, chunk, now))
+                for chunk in self.inserts.chunks([run for run in runs if run.key in chosen])
+            )
+
+        return self.runner.transaction(install)
+
+    def get(self, queue: str, name: str) -> CronEntry | None:
+        row = self.runner.read(
+            lambda connection: connection.execute(
+                sql.cron_select, {"entry_queue": queue, "entry_name": name}
+            ).first()
+        )
+        return None if row is None else _cron_entry(row)
+
+    def list(self, queue: str | None = None) -> list[CronEntry]:
+        """The entries of one queue, or of every queue, by queue and name."""
+        if queue is None:
+            rows = self.runner.read(
+                lambda connection: connection.execute(sql.cron_list_all, {}).all()
+            )
+        else:
+            rows = self.runner.read(
+                lambda connection: connection.execute(sql.cron_list_queue, {"queue": queue}).all()
+            )
+        return [_cron_entry(row) for row in rows]
+
+    def names(self) -> list[tuple[str, str]]:
+        """The (queue, name) of every entry."""
+        return self.runner.read(
+            lambda connection: [
+                (row.queue, row.name) for row in connection.execute(sql.cron_names, {})
+            ]
+        )
+
+
+def _cron_row(entry: CronEntry) -> dict[str, Any]:
+    return {
+        "queue": entry.queue,
+        "name": entry.name,
+        "schedule": entry.schedule,
+        "payload": entry.payload,
+        "configHash": entry.config_hash,
+        "lookaheadMs": entry.lookahead_ms,
+        "createdAt": entry.created_at,
+        "updatedAt": entry.updated_at,
+    }
+
+
+def _cron_entry(row: Any) -> CronEntry:
+    return CronEntry(
+        queue=row.queue,
+        name=row.name,
+        schedule=row.schedule,
+        payload=row.payload,
+        config_hash=row.configHash,
+        lookahead_ms=row.lookaheadMs,
+        created_at=row.createdAt,
+        updated_at=row.updatedAt,
+    )
+
+
+def _runs_of(queue: str, name: str, config_hash: str | None = None) -> dict[str, Any]:
+    """Parameters of the EntryRuns statements for an entry's runs (of one configuration)."""
+    after_key, before_key = run_key_range(name, config_hash)
+    return {
+        "queue": queue,
+        "after_key": after_key,
+        "before_key": before_key,
+        "pattern": run_key_pattern(name, config_hash),
+    }

@@ -1,0 +1,98 @@
+"""The delivery history: messages leaving a queue leave a row there (`Removals`), and
+old rows are pruned in batches (`SqlHistory`)."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.dml import Insert
+
+from app.domain.messages import Finish
+from app.storage import lease_sql, sql
+from app.storage.dialects import Dialect
+from app.storage.runner import Runner
+
+
+class Removals:
+    """Deletes messages, recording each in the history first when `record` is on; every
+    room that removes messages (deletes, acknowledgements, purges, dead letters, cron
+    runs) goes through here, so none forgets the history."""
+
+    def __init__(self, runner: Runner, dialect: Dialect, *, record: bool) -> None:
+        self.runner = runner
+        self.dialect = dialect
+        # Whether messages leaving a queue leave a row in delivery_history.
+        self.record = record
+        # One statement that records and deletes, where the dialect has one.
+        self._recorded_deletes: dict[sql.Removal, Insert | None] = {
+            removal: dialect.recorded_delete(removal)
+            for removal in (
+                lease_sql.lock_acknowledge,
+                sql.message_delete,
+                sql.queue_purge,
+                dialect.entry_runs.delete_pending,
+            )
+        }
+
+    def remove(
+        self, removal: sql.Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
+    ) -> int:
+        """Delete what `removal` matches, recording it in the history; how many rows."""
+        if not self.record or self._recorded_deletes.get(removal) is not None:
+            run = self.runner.autocommit  # one statement
+        else:
+            run = self.runner.transaction
+        return run(lambda connection: self.remove_on(connection, removal, parameters, now, finish))
+
+    def remove_on(
+        self,
+        connection: Connection,
+        removal: sql.Removal,
+        parameters: dict,
+        now: int,
+        finish: Finish = Finish.DROPPED,
+    ) -> int:
+        """`remove`, in the caller's transaction."""
+        if not self.record:
+            return connection.execute(removal.delete, parameters).rowcount
+        parameters = {**parameters, "outcome": finish.value, "now": now}
+        recorded_delete = self._recorded_deletes.get(removal)
+        if recorded_delete is not None:
+            return connection.execute(recorded_delete, parameters).rowcount
+        return self.dialect.remove_recorded(connection, removal, parameters)
+
+    def remove_all(self, removal: sql.Removal, parameters: dict, now: int) -> int:
+        """Delete every row `removal` matches, however many, in one transaction (a purge),
+        recorded as dropped; how many.
+
+        Millions of rows in one DELETE would outlast the statement bound: the dialect
+        removes them in pages."""
+        if self.record:
+            parameters = {**parameters, "outcome": Finish.DROPPED.value, "now": now}
+        return self.runner.transaction(
+            lambda connection: self.dialect.remove_in_pages(
+                connection, removal, parameters, record=self.record
+            )
+        )
+
+
+class SqlHistory:
+    """The history's upkeep."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def prune(self, before: int, batch: int) -> int:
+        """Delete about `batch` history rows that finished before `before`; how many."""
+
+        def prune(connection: Connection) -> int:
+            end = connection.execute(
+                sql.history_batch_end, {"before": before, "last": batch - 1}
+            ).first()
+            if end is None:  # fewer than a batch left
+                return connection.execute(sql.history_prune_rest, {"before": before}).rowcount
+            return connection.execute(
+                sql.history_prune_batch,
+                {"upto_finished_at": end.finishedAt, "upto_id": end.id},
+            ).rowcount
+
+        return self.runner.transaction(prune)

@@ -1,0 +1,312 @@
+"""Leases: polls (the claim, payloads read after it, a claim given back, dead letters
+held back and moved), redrive, and acknowledge, extend and release by lock id."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from app.domain.errors import StorageUnavailable
+from app.domain.messages import (
+    Claim,
+    Delivery,
+    Finish,
+    Message,
+    QueueFilter,
+    QueueSettings,
+    Redrive,
+    every_queue,
+)
+from app.storage import lease_sql, sql
+from app.storage.dialects import Dialect
+from app.storage.history import Removals
+from app.storage.runner import Runner
+
+log = logging.getLogger(__name__)
+
+# Dead letters moved back per transaction by a redrive.
+_REDRIVE_CHUNK = 500
+# How long a poll holds messages it found past their delivery limit, should
+# moving them to the dead-letter queue fail: then a later poll tries again.
+_DEAD_LETTER_HOLD_MS = 30_000
+# A poll's bound in answer bytes when it has none (any sum of a poll's sizes is smaller).
+_UNBOUNDED = 2**62
+
+
+class SqlLeases:
+    """Messages leased to workers, by lock id."""
+
+    def __init__(self, runner: Runner, dialect: Dialect, removals: Removals) -> None:
+        self.runner = runner
+        self.dialect = dialect
+        self.removals = removals
+
+    def poll(
+        self,
+        queue: str,
+        limit: int,
+        lock_id: str,
+        lease_until: int,
+        now: int,
+        settings: QueueSettings | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> Claim:
+        """Lease up to `limit` due messages to `lock_id`, oldest due first, while their
+        payloads with POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first
+        always; None: no bound). Messages left out are not touched.
+
+        With a delivery limit in `settings`, a due message already delivered that
+        often goes to the dead-letter queue instead (see lease_sql.claim_values).
+        """
+        max_deliveries = settings.max_deliveries if settings else None
+        parameters: dict[str, Any] = {
+            "queue": queue,
+            "now": now,
+            "limit": limit,
+            "lock_id": lock_id,
+            "lease_until": lease_until,
+            "max_bytes": _UNBOUNDED if max_bytes is None else max_bytes,
+        }
+        if max_deliveries is not None:  # the statement that checks the limit
+            parameters["max_deliveries"] = max_deliveries
+            parameters["dead_lock_id"] = str(uuid.uuid4())
+            parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
+        run = (
+            self.runner.autocommit
+            if self.dialect.claims_in_one_statement
+            else self.runner.transaction
+        )
+        claimed = run(lambda connection: self.dialect.claim(connection, parameters))
+        try:
+            claimed = self._with_payloads(claimed, lock_id, max_deliveries)
+        except StorageUnavailable:
+            # The poll answers 503: nobody may be left holding what it took.
+            self._give_back(queue, claimed, lock_id, max_deliveries)
+            raise
+        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
+        deliveries = [
+            Delivery(
+                message=Message(
+                    queue=queue,
+                    key=row.key,
+                    payload=row.payload,
+                    scheduled_at=lease_until,
+                    scheduled_at_initially=row.scheduled_at_initially,
+                    created_at=row.created_at,
+                    locked=True,
+                    deliveries=row.previous_deliveries + 1,
+                    dead_lettered_from=row.dead_lettered_from,
+                ),
+                redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
+            )
+            for row in claimed
+            if row.delivered(max_deliveries)
+        ]
+        dead_lettered = 0
+        if len(deliveries) < len(claimed):
+            assert settings is not None
+            try:
+                dead_lettered = self._dead_letter(queue, parameters["dead_lock_id"], settings, now)
+            except StorageUnavailable as error:
+                # The deliveries stand; the held rows come back when the hold ends.
+                log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
+        return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
+
+    def _with_payloads(
+        self, claimed: list[lease_sql.ClaimedRow], lock_id: str, max_deliveries: int | None
+    ) -> list[lease_sql.ClaimedRow]:
+        """`claimed` with the payloads the claim left out read, after it committed: the
+        rows it left out of the answer are then free again for other polls. A message
+        updated or deleted in between is no longer the lock's, and is left out."""
+        missing = [row for row in claimed if row.payload is None and row.delivered(max_deliveries)]
+        if not missing:
+            return claimed
+        payloads = self.runner.read(
+            lambda connection: lease_sql.read_payloads(
+                connection, self.dialect.claimed_payloads, missing, lock_id
+            )
+        )
+        read = {row.id for row in missing}
+        return [
+            dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
+            for row in claimed
+            if row.id not in read or row.id in payloads
+        ]
+
+    def _give_back(
+        self,
+        queue: str,
+        claimed: list[lease_sql.ClaimedRow],
+        lock_id: str,
+        max_deliveries: int | None,
+    ) -> None:
+        """Undo, as far as the database allows now, a claim whose answer cannot be made:
+        each delivered row its lock still holds is due when it was, held as it was (by
+        nobody, or by the holder of a lease that ran out), with the delivery counts it
+        had (so a message whose limit is one delivery is not dead-lettered for a
+        delivery nobody received). A row to dead-letter stays
+        held until its hold ends, as when dead-lettering fails.
+
+        Best effort: the database just failed a read, and may fail this too. Then the
+        rows stay leased under a lock no client knows until the lease runs out, with
+        one delivery more counted (docs/decisions/0003-the-poll-statement.md).
+        """
+        delivered = [row for row in claimed if row.delivered(max_deliveries)]
+
+        def give_back(connection: Connection) -> int:
+            return sum(
+                connection.execute(
+                    lease_sql.claim_give_back,
+                    {
+                        "claimed_id": row.id,
+                        "lock_id": lock_id,
+                        "previous_scheduled_at": row.previous_scheduled_at,
+                        "previous_lock_id": row.previous_lock_id,
+                        "previous_deliveries": row.previous_deliveries,
+                        "previous_first_delivered_at": row.previous_first_delivered_at,
+                        "previous_last_delivered_at": row.previous_last_delivered_at,
+                    },
+                ).rowcount
+                for row in delivered
+            )
+
+        try:
+            self.runner.transaction(give_back)
+        except StorageUnavailable as error:
+            log.warning(
+                "a poll of %r could not give back the %d messages it leased and cannot "
+                "answer; they come back when their lease ends: %s",
+                queue,
+                len(delivered),
+                error,
+            )
+
+    def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
+        """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
+
+        A dead letter whose key the dead-letter queue already holds replaces the
+        older one (recorded as dropped), unless a worker holds that one: then it
+        stays held here until the hold ends, and a later poll tries again.
+        """
+        dead_letter_queue = settings.effective_dead_letter_queue
+        held = {"queue": queue, "dead_lock_id": dead_lock_id}
+
+        def move(connection: Connection) -> int:
+            keys = connection.execute(lease_sql.dead_letter_keys, held).scalars().all()
+            if not keys:
+                return 0
+            taken = (
+                connection.execute(
+                    self.dialect.existing_keys, {"queue": dead_letter_queue, "keys": list(keys)}
+                )
+                .scalars()
+                .all()
+            )
+            waiting = set()
+            for key in taken:
+                there = {"queue": dead_letter_queue, "key": key}
+                if connection.execute(lease_sql.message_held, {**there, "now": now}).scalar():
+                    waiting.add(key)
+                else:
+                    self.removals.remove_on(connection, sql.message_delete, there, now)
+            moved = 0
+            for key in keys:
+                if key in waiting:
+                    continue
+                parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue}
+                if self.removals.record:
+                    connection.execute(
+                        lease_sql.dead_letter_record,
+                        {**parameters, "outcome": Finish.DEAD_LETTERED.value, "now": now},
+                    )
+                moved += connection.execute(
+                    lease_sql.dead_letter_move, {**parameters, "now": now}
+                ).rowcount
+            return moved
+
+        return self.runner.transaction_over_keys(move, f"dead-lettering in {queue!r}")
+
+    def redrive(
+        self,
+        queue: str,
+        to: str | None,
+        limit: int,
+        now: int,
+        may_use: QueueFilter = every_queue,
+    ) -> Redrive:
+        """Move up to `limit` messages of a dead-letter queue back, as new messages due now:
+        to `to`, or each to the queue it came from. A message whose key the target holds,
+        or that came from no queue, stays (skipped); so does one whose target `may_use`
+        refuses (forbidden). Each target is judged on the rows as locked for the move, so a
+        dead letter cannot change its way back between the check and the move."""
+        moved = skipped = forbidden = 0
+        after = 0
+        while moved < limit:
+            chunk = min(_REDRIVE_CHUNK, limit - moved)
+
+            def redrive(connection: Connection, after: int = after, chunk: int = chunk):
+                rows = connection.execute(
+                    lease_sql.redrive_candidates,
+                    {"queue": queue, "now": now, "after": after, "limit": chunk},
+                ).all()
+                by_target: dict[str | None, list[str]] = {}
+                for row in rows:
+                    by_target.setdefault(to or row.deadLetteredFrom, []).append(row.pKey)
+                moved = skipped = forbidden = 0
+                for target, keys in by_target.items():
+                    if target is None:
+                        skipped += len(keys)
+                        continue
+                    if not may_use(target):
+                        forbidden += len(keys)
+                        continue
+                    taken = set(
+                        connection.execute(
+                            self.dialect.existing_keys, {"queue": target, "keys": keys}
+                        ).scalars()
+                    )
+                    skipped += len(taken)
+                    for key in keys:
+                        if key not in taken:
+                            moved += connection.execute(
+                                lease_sql.redrive_move,
+                                {"queue": queue, "key": key, "target": target, "now": now},
+                            ).rowcount
+                last = rows[-1].id if rows else after
+                return Redrive(moved, skipped, forbidden), len(rows), last
+
+            done, examined, after = self.runner.transaction_over_keys(
+                redrive, f"redriving {queue!r}"
+            )
+            moved += done.moved
+            skipped += done.skipped
+            forbidden += done.forbidden
+            if examined < chunk:
+                break
+        return Redrive(moved, skipped, forbidden)
+
+    def acknowledge(self, queue: str, lock_id: str, now: int) -> int:
+        """Delete what `lock_id` still holds; how many messages that was."""
+        return self.removals.remove(
+            lease_sql.lock_acknowledge,
+            {"queue": queue, "lock_id": lock_id},
+            now,
+            Finish.ACKNOWLEDGED,
+        )
+
+    def extend(self, queue: str, lock_id: str, until: int) -> int:
+        """Move the lease of what `lock_id` holds to end at `until`."""
+        return self.runner.single(
+            lease_sql.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
+        )
+
+    def release(self, queue: str, lock_id: str, at: int) -> int:
+        """Give back what `lock_id` holds, due again at `at`."""
+        return self.runner.single(
+            lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
+        )

@@ -1,0 +1,338 @@
+"""Messages: offers (one, or a batch), reading and deleting one by key, a queue's stats
+and next due time, and purging a queue."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from app.domain.errors import StorageUnavailable
+from app.domain.messages import (
+    IfExists,
+    Message,
+    Offer,
+    OfferOutcome,
+    Outcome,
+    QueueFilter,
+    QueueStats,
+    every_queue,
+)
+from app.storage import sql
+from app.storage.dialects import Dialect
+from app.storage.history import Removals
+from app.storage.runner import Runner, chunks
+from app.storage.tables import delayed_queue as queue_table
+
+# Rows per multi-row INSERT in a batch (SPEC §2).
+INSERT_CHUNK = 200
+# Lost races on one key: an offer reads and writes again at most this often.
+_OFFER_RACE_ATTEMPTS = 100
+
+
+class Inserts:
+    """New messages inserted unless their key exists, many rows per statement (offers
+    and cron runs)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        # RETURNING tells which rows went in; rowcount is not reliable for every driver.
+        self.returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
+            sql.columns.pKey
+        )
+
+    def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
+        """INSERT unless the key exists; whether it went in."""
+        return (
+            connection.execute(self.returning_keys, offer_row(queue, offer, now)).first()
+            is not None
+        )
+
+    def many(
+        self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
+    ) -> Sequence[str]:
+        """INSERT those of `offers` (one chunk, distinct keys) whose keys are free; their keys."""
+        return self.dialect.insert_many(
+            connection, self.returning_keys, [offer_row(queue, offer, now) for offer in offers]
+        )
+
+    def chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
+        """`offers` in chunks of INSERT_CHUNK, each smaller than the dialect's statement
+        limit where it has one (payloads counted twice: a text protocol escapes them)."""
+        limit = self.dialect.max_statement_bytes
+        if limit is None:
+            yield from chunks(offers, INSERT_CHUNK)
+            return
+        start = 0
+        while start < len(offers):
+            end, size = start, 0
+            while end < len(offers) and end - start < INSERT_CHUNK:
+                size += 2 * len(offers[end].payload) + 1024  # the row's other values, roughly
+                if size > limit and end > start:
+                    break
+                end += 1
+            yield offers[start:end]
+            start = end
+
+
+class SqlMessages:
+    """Messages by key, and by queue."""
+
+    def __init__(self, runner: Runner, dialect: Dialect, removals: Removals) -> None:
+        self.runner = runner
+        self.dialect = dialect
+        self.removals = removals
+        self.inserts = Inserts(dialect)
+
+    def offer(
+        self,
+        queue: str,
+        offer: Offer,
+        now: int,
+        *,
+        can_create: bool = True,
+        may_use: QueueFilter = every_queue,
+    ) -> OfferOutcome | None:
+        """Create, update or ignore one message; None when `can_create` is off and it is missing.
+
+        An update keeps a dead letter's origin only when `may_use` allows that queue."""
+        self.dialect.check_payload(offer.payload)
+        # Most offers create: one INSERT on its own, one round trip where the
+        # database allows. Only an existing key needs the transaction below.
+        if can_create and self.runner.autocommit(
+            lambda connection: self.inserts.one(connection, queue, offer, now)
+        ):
+            return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        return self.runner.transaction(
+            lambda connection: self._offer(connection, queue, offer, now, can_create, may_use)
+        )
+
+    def offer_many(
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
+        """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
+
+        The first occurrence of each key goes in with multi-row INSERTs that skip
+        existing keys (decision 8: no SELECT of existing keys first). Of the keys
+        that existed, those to update are read back in one SELECT per chunk: one
+        whose payload and time are already stored is ignored, as a single offer
+        would ignore it at the moment of that read. The rest take the one-by-one
+        path of a single offer (and its rule for a dead letter's origin, by `may_use`).
+        """
+        first_index: dict[str, int] = {}
+        for index, offer in enumerate(offers):
+            self.dialect.check_payload(offer.payload)  # before anything is written
+            first_index.setdefault(offer.key, index)
+
+        created: set[str] = set()
+        firsts = [offers[index] for index in first_index.values()]
+        for chunk in self.inserts.chunks(firsts):
+            created.update(
+                self.runner.autocommit(
+                    lambda connection, chunk=chunk: self.inserts.many(connection, queue, chunk, now)
+                )
+            )
+
+        unchanged = self._unchanged(
+            queue,
+            [
+                offer
+                for offer in firsts
+                if offer.key not in created and offer.if_exists is IfExists.UPDATE
+            ],
+        )
+        outcomes: list[Outcome] = []
+        for index, offer in enumerate(offers):
+            first = first_index[offer.key] == index
+            if first and offer.key in created:
+                outcomes.append(Outcome.CREATED)
+            elif offer.if_exists is IfExists.IGNORE or (first and offer.key in unchanged):
+                # The key exists (it was there before, or an earlier item created it),
+                # or holds this very message already.
+                outcomes.append(Outcome.IGNORED)
+            else:
+                # Existing keys to update, later occurrences, and inserts that lost a race.
+                stored = self.runner.transaction(
+                    lambda connection, offer=offer: self._offer(
+                        connection, queue, offer, now, can_create=True, may_use=may_use
+                    )
+                )
+                assert stored is not None  # can_create is on
+                outcomes.append(stored.outcome)
+        return outcomes
+
+    def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
+        """The keys of `offers` (one each) whose payload and time are stored as offered.
+
+        A re-run of an import, or a producer sending again, then costs one read per
+        chunk instead of a locked read and a commit per key.
+        """
+        unchanged: set[str] = set()
+        digest = self.dialect.payload_digest
+        for chunk in chunks(offers, INSERT_CHUNK):
+            stored = {
+                row.pKey: (row.digest, row.scheduledAtInitially)
+                for row in self.runner.read(
+                    lambda connection, chunk=chunk: connection.execute(
+                        self.dialect.stored_offers,
+                        {"queue": queue, "keys": [offer.key for offer in chunk]},
+                    ).all()
+                )
+            }
+            unchanged.update(
+                offer.key
+                for offer in chunk
+                if stored.get(offer.key) == (digest(offer.payload), offer.scheduled_at)
+            )
+        return unchanged
+
+    def _offer(
+        self,
+        connection: Connection,
+        queue: str,
+        offer: Offer,
+        now: int,
+        can_create: bool,
+        may_use: QueueFilter,
+    ) -> OfferOutcome | None:
+        """The documented offer once the INSERT found the key taken: lock the row, compare-and-swap.
+
+        A row deleted meanwhile is inserted again (when creating is allowed); the
+        loop ends as soon as one step wins.
+        """
+        key_parameters = {"queue": queue, "key": offer.key}
+        for _ in range(_OFFER_RACE_ATTEMPTS):
+            if offer.if_exists is IfExists.IGNORE:
+                stored = connection.execute(sql.offer_stored_schedule, key_parameters).scalar()
+                if stored is not None:
+                    return OfferOutcome(Outcome.IGNORED, stored)
+            else:
+                current = connection.execute(sql.offer_select_for_update, key_parameters).first()
+                if current is not None:
+                    if (current.payload, current.scheduledAtInitially) == (
+                        offer.payload,
+                        offer.scheduled_at,
+                    ):
+                        return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
+                    if self._swap(connection, key_parameters, current, offer, now, may_use):
+                        return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
+                    continue  # changed since we read it: read it again
+            if not can_create:
+                return None
+            if self.inserts.one(connection, queue, offer, now):
+                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
+
+    def _swap(
+        self,
+        connection: Connection,
+        key_parameters: dict,
+        current: Any,
+        offer: Offer,
+        now: int,
+        may_use: QueueFilter,
+    ) -> bool:
+        """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
+        origin = current.deadLetteredFrom
+        return (
+            connection.execute(
+                sql.offer_update,
+                {
+                    **key_parameters,
+                    "old_scheduled_at_initially": current.scheduledAtInitially,
+                    "old_created_at": current.createdAt,
+                    "old_origin": origin,
+                    "new_origin": origin if origin is not None and may_use(origin) else None,
+                    "new_payload": offer.payload,
+                    "new_scheduled_at": offer.scheduled_at,
+                    "now": now,
+                },
+            ).rowcount
+            == 1
+        )
+
+    def get(self, queue: str, key: str) -> Message | None:
+        """The message under `key`, or None."""
+        row = self.runner.read(
+            lambda connection: connection.execute(
+                sql.message_get, {"queue": queue, "key": key}
+            ).first()
+        )
+        if row is None:
+            return None
+        return Message(
+            queue=queue,
+            key=row.pKey,
+            payload=row.payload,
+            scheduled_at=row.scheduledAt,
+            scheduled_at_initially=row.scheduledAtInitially,
+            created_at=row.createdAt,
+            locked=bool(row.locked),
+            deliveries=row.deliveries,
+            dead_lettered_from=row.deadLetteredFrom,
+        )
+
+    def delete(self, queue: str, key: str, now: int) -> bool:
+        """Delete the message under `key`, leased or not; False when there was none."""
+        return self.removals.remove(sql.message_delete, {"queue": queue, "key": key}, now) > 0
+
+    def next_due(self, queue: str) -> int | None:
+        """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""
+        return self.runner.read(
+            lambda connection: connection.execute(sql.queue_next_due, {"queue": queue}).scalar()
+        )
+
+    def stats(self, queue: str, now: int) -> QueueStats:
+        """Counts by state; zeros for a queue that holds nothing."""
+        row = self.runner.read(
+            lambda connection: connection.execute(
+                sql.queue_stats, {"queue": queue, "now": now}
+            ).first()
+        )
+        if row is None:
+            return QueueStats(queue, 0, 0, 0, 0, None, None)
+        return _stats(row)
+
+    def all_stats(self, now: int) -> list[QueueStats]:
+        """Stats of every queue that holds messages or cron entries, by name."""
+
+        def read(connection: Connection) -> tuple[list[Any], list[str]]:
+            return (
+                connection.execute(sql.queues_stats, {"now": now}).all(),
+                connection.execute(sql.cron_queues, {}).scalars().all(),
+            )
+
+        rows, cron_queues = self.runner.read(read)
+        stats = {row.pKind: _stats(row) for row in rows}
+        for queue in cron_queues:
+            stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
+        return [stats[queue] for queue in sorted(stats)]
+
+    def purge(self, queue: str, now: int) -> int:
+        """Delete every message of the queue; how many there were (in pages, one
+        transaction still: see Removals.remove_all)."""
+        return self.removals.remove_all(sql.queue_purge, {"queue": queue}, now)
+
+
+def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
+    return {
+        "pKey": offer.key,
+        "pKind": queue,
+        "payload": offer.payload,
+        "scheduledAt": offer.scheduled_at,
+        "scheduledAtInitially": offer.scheduled_at,
+        "createdAt": now,
+    }
+
+
+def _stats(row: Any) -> QueueStats:
+    return QueueStats(
+        queue=row.pKind,
+        messages=row.messages,
+        ready=row.ready,
+        scheduled=row.scheduled,
+        leased=row.leased,
+        oldest_ready_at=row.oldest_ready_at,
+        next_scheduled_at=row.next_scheduled_at,
+    )

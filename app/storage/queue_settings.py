@@ -1,0 +1,65 @@
+"""Each queue's own settings (lease, delivery limit, dead-letter queue)."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from app.domain.messages import QueueSettings
+from app.storage import sql
+from app.storage.runner import Runner
+
+
+class SqlSettings:
+    """Queue settings, one row per queue that has settings of its own."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def get(self, queue: str) -> QueueSettings | None:
+        """The queue's own settings, or None when it has the defaults."""
+        row = self.runner.read(
+            lambda connection: connection.execute(sql.settings_select, {"queue": queue}).first()
+        )
+        if row is None:
+            return None
+        return QueueSettings(
+            queue=row.queue,
+            default_lease_ms=row.defaultLeaseMs,
+            max_deliveries=row.maxDeliveries,
+            dead_letter_queue=row.deadLetterQueue,
+            updated_at=row.updatedAt,
+        )
+
+    def queues(self) -> list[str]:
+        """The queues that have settings of their own."""
+        return self.runner.read(
+            lambda connection: list(connection.execute(sql.settings_queues, {}).scalars())
+        )
+
+    def put(self, settings: QueueSettings) -> QueueSettings:
+        """Store the queue's settings, replacing any it had."""
+        values = {
+            "new_default_lease_ms": settings.default_lease_ms,
+            "new_max_deliveries": settings.max_deliveries,
+            "new_dead_letter_queue": settings.dead_letter_queue,
+            "now": settings.updated_at,
+        }
+
+        def put(connection: Connection) -> None:
+            updated = connection.execute(
+                sql.settings_update, {"settings_queue": settings.queue, **values}
+            ).rowcount
+            if not updated:
+                connection.execute(
+                    sql.settings_insert,
+                    {
+                        "queue": settings.queue,
+                        "defaultLeaseMs": settings.default_lease_ms,
+                        "maxDeliveries": settings.max_deliveries,
+                        "deadLetterQueue": settings.dead_letter_queue,
+                        "updatedAt": settings.updated_at,
+                    },
+                )
+
+        self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
+        return settings
