@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -271,7 +271,8 @@ class HourglassServer(uvicorn.Server):
         self._stopping = stopping
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connection_guard = ConnectionGuard(limits, events)
-        config.http = functools.partial(GuardedHttpProtocol, guard=self.connection_guard)
+        # uvicorn calls it as it would a protocol class.
+        config.http = cast(Any, functools.partial(GuardedHttpProtocol, guard=self.connection_guard))
         # No WebSocket routes; an upgrade would hand the connection to another protocol
         # behind the guard's back.
         config.ws = "none"

@@ -124,7 +124,7 @@ class CronService:
 
     async def list_entries(self, queue: str) -> list[CronView]:
         now = self.clock.now_ms()
-        entries = await self.calls.run(partial(self.storage.cron.list, queue), queue)
+        entries = await self.calls.run(partial(self.storage.cron.entries, queue), queue)
         return [self._view(entry, now, 5) for entry in entries]
 
     async def entry_names(self) -> list[tuple[str, str]]:
@@ -147,7 +147,7 @@ class CronService:
         is checked between entries, so shutdown does not wait for a long pass.
         """
         now = self.clock.now_ms()
-        entries = await self.calls.run(self.storage.cron.list)
+        entries = await self.calls.run(self.storage.cron.entries)
         created = 0
         for entry in entries:
             if stopping():

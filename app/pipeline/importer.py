@@ -1,7 +1,7 @@
 """`hourglass pipeline import`: schedule every valid row of a dataset, from Spark's executors.
 
 Each executor writes its partitions through the service's own storage code
-(Storage.messages_offer_many, the batch offer of the HTTP API), so a row is
+(storage.messages.offer_many, the batch offer of the HTTP API), so a row is
 created, updated or ignored exactly as the same offer over HTTP would be. Keys
 make it idempotent: a second run, or a run after a crash half-way, schedules
 every valid row once.

@@ -1,5 +1,6 @@
-"""What the queue service needs from storage: its ports, satisfied by app/storage
-(`Storage` and its rooms) and checked by mypy where `create_app` wires them."""
+"""The queue service's ports: what it needs from storage, satisfied by app/storage
+(`Storage` and its rooms), and what it reports as it works (`QueueEvents`, which
+the app's metrics implement); mypy checks both where `create_app` wires them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Protocol
 
 from app.domain.messages import (
     Claim,
+    Lease,
     Message,
     Offer,
     OfferOutcome,
@@ -100,3 +102,31 @@ class QueueStorage(Protocol):
     def history(self) -> History: ...
 
     def schema_revision(self) -> str | None: ...
+
+
+class QueueEvents(Protocol):
+    """What the service reports as it works (the app's metrics listen)."""
+
+    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None: ...
+
+    def polled(self, queue: str, lease: Lease | None, now: int) -> None: ...
+
+    def acknowledged(self, queue: str, count: int) -> None: ...
+
+    def dead_lettered(self, queue: str, count: int) -> None: ...
+
+
+class Unobserved:
+    """Events nobody listens to."""
+
+    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
+        pass
+
+    def polled(self, queue: str, lease: Lease | None, now: int) -> None:
+        pass
+
+    def acknowledged(self, queue: str, count: int) -> None:
+        pass
+
+    def dead_lettered(self, queue: str, count: int) -> None:
+        pass

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from app.clock import Clock
 from app.domain.errors import (
@@ -43,7 +43,7 @@ from app.domain.messages import (
 )
 from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
-from app.queue.ports import QueueStorage
+from app.queue.ports import QueueEvents, QueueStorage, Unobserved
 from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
 
@@ -65,32 +65,6 @@ _DEAD_LETTER_LOOKS = 10
 QUEUE_NAME_MAX = 100
 
 
-class QueueEvents(Protocol):
-    """What the service reports as it works (the app's metrics listen)."""
-
-    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None: ...
-
-    def polled(self, queue: str, lease: Lease | None, now: int) -> None: ...
-
-    def acknowledged(self, queue: str, count: int) -> None: ...
-
-    def dead_lettered(self, queue: str, count: int) -> None: ...
-
-
-class _Unobserved:
-    def offered(self, queue: str, outcomes: Sequence[Outcome]) -> None:
-        pass
-
-    def polled(self, queue: str, lease: Lease | None, now: int) -> None:
-        pass
-
-    def acknowledged(self, queue: str, count: int) -> None:
-        pass
-
-    def dead_lettered(self, queue: str, count: int) -> None:
-        pass
-
-
 class QueueService:
     """Everything a client can ask of the queue, as async methods."""
 
@@ -110,7 +84,7 @@ class QueueService:
         """`calls` runs `storage`'s methods; `notifier` wakes this process's long polls. The
         application builds and closes both (app/main.py), and shares them with cron."""
         self.storage = storage
-        self.events: QueueEvents = events or _Unobserved()
+        self.events: QueueEvents = events or Unobserved()
         self.clock = clock
         self.default_lease_ms = round(default_lease_seconds * 1000)
         self.max_payload_bytes = max_payload_bytes

@@ -145,7 +145,7 @@ class SqlCronEntries:
         )
         return None if row is None else _cron_entry(row)
 
-    def list(self, queue: str | None = None) -> list[CronEntry]:
+    def entries(self, queue: str | None = None) -> list[CronEntry]:
         """The entries of one queue, or of every queue, by queue and name."""
         if queue is None:
             rows = self.runner.read(

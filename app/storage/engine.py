@@ -13,8 +13,6 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.config import Settings
 from app.storage.calls import READINESS_CONNECTIONS
 from app.storage.dialects import Bounds, Dialect, for_engine_url
-from app.storage.dialects.base import ANSWER_GRACE_SECONDS
-from app.storage.direct import ping_within
 from app.storage.store import Storage
 
 # Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
@@ -51,14 +49,9 @@ def create_database_engine(
         engine = create_async_engine(
             settings.database_url, isolation_level="AUTOCOMMIT", **options
         ).sync_engine
-        # A ping has a deadline, like every statement there (app/storage/direct.py):
-        # SELECT 1 needs no more than the grace a statement's answer gets. Given up,
-        # the connection is replaced, within the connect timeout.
-        ping = ping_within(ANSWER_GRACE_SECONDS)
     else:
         engine = create_engine(settings.database_url, **options)
-        ping = engine.dialect.do_ping  # MariaDB's within its read timeout
-    _ping_doubtful_connections(engine, dialect, ping)
+    _ping_doubtful_connections(engine, dialect, dialect.ping(engine))
     dialect.configure_engine(engine)
     return engine
 

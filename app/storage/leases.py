@@ -90,22 +90,7 @@ class SqlLeases:
             raise
         claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
         deliveries = [
-            Delivery(
-                message=Message(
-                    queue=queue,
-                    key=row.key,
-                    payload=row.payload,
-                    scheduled_at=lease_until,
-                    scheduled_at_initially=row.scheduled_at_initially,
-                    created_at=row.created_at,
-                    locked=True,
-                    deliveries=row.previous_deliveries + 1,
-                    dead_lettered_from=row.dead_lettered_from,
-                ),
-                redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
-            )
-            for row in claimed
-            if row.delivered(max_deliveries)
+            _delivery(queue, row, lease_until) for row in claimed if row.delivered(max_deliveries)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):
@@ -310,3 +295,22 @@ class SqlLeases:
         return self.runner.single(
             lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
         )
+
+
+def _delivery(queue: str, row: lease_sql.ClaimedRow, lease_until: int) -> Delivery:
+    """A delivered row as the worker receives it: leased until `lease_until`."""
+    assert row.payload is not None  # read after the claim (_with_payloads), when left out
+    return Delivery(
+        message=Message(
+            queue=queue,
+            key=row.key,
+            payload=row.payload,
+            scheduled_at=lease_until,
+            scheduled_at_initially=row.scheduled_at_initially,
+            created_at=row.created_at,
+            locked=True,
+            deliveries=row.previous_deliveries + 1,
+            dead_lettered_from=row.dead_lettered_from,
+        ),
+        redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
+    )

@@ -128,11 +128,11 @@ class SqlMessages:
         created: set[str] = set()
         firsts = [offers[index] for index in first_index.values()]
         for chunk in self.inserts.chunks(firsts):
-            created.update(
-                self.runner.autocommit(
-                    lambda connection, chunk=chunk: self.inserts.many(connection, queue, chunk, now)
-                )
-            )
+
+            def insert(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[str]:
+                return self.inserts.many(connection, queue, chunk, now)
+
+            created.update(self.runner.autocommit(insert))
 
         unchanged = self._unchanged(
             queue,
@@ -153,11 +153,12 @@ class SqlMessages:
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
-                stored = self.runner.transaction(
-                    lambda connection, offer=offer: self._offer(
+                def store(connection: Connection, offer: Offer = offer) -> OfferOutcome | None:
+                    return self._offer(
                         connection, queue, offer, now, can_create=True, may_use=may_use
                     )
-                )
+
+                stored = self.runner.transaction(store)
                 assert stored is not None  # can_create is on
                 outcomes.append(stored.outcome)
         return outcomes
@@ -171,14 +172,15 @@ class SqlMessages:
         unchanged: set[str] = set()
         digest = self.dialect.payload_digest
         for chunk in chunks(offers, INSERT_CHUNK):
+
+            def read(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[Any]:
+                keys = [offer.key for offer in chunk]
+                return connection.execute(
+                    self.dialect.stored_offers, {"queue": queue, "keys": keys}
+                ).all()
+
             stored = {
-                row.pKey: (row.digest, row.scheduledAtInitially)
-                for row in self.runner.read(
-                    lambda connection, chunk=chunk: connection.execute(
-                        self.dialect.stored_offers,
-                        {"queue": queue, "keys": [offer.key for offer in chunk]},
-                    ).all()
-                )
+                row.pKey: (row.digest, row.scheduledAtInitially) for row in self.runner.read(read)
             }
             unchanged.update(
                 offer.key
@@ -297,7 +299,7 @@ class SqlMessages:
     def all_stats(self, now: int) -> list[QueueStats]:
         """Stats of every queue that holds messages or cron entries, by name."""
 
-        def read(connection: Connection) -> tuple[list[Any], list[str]]:
+        def read(connection: Connection) -> tuple[Sequence[Any], Sequence[str]]:
             return (
                 connection.execute(sql.queues_stats, {"now": now}).all(),
                 connection.execute(sql.cron_queues, {}).scalars().all(),

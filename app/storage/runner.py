@@ -1,5 +1,6 @@
-"""The one way the store runs statements: on a pooled connection (PostgreSQL's straight
-through psycopg on the event loop, app/storage/direct.py), in a transaction or in
+"""The one way storage runs statements: on a connection the dialect opens (PostgreSQL's
+straight through psycopg on the event loop, app/storage/dialects/postgresql_direct.py),
+in a transaction or in
 autocommit, again on a transient conflict or a unique key another request took,
 within the dialect's bounds, with driver errors translated into the domain's
 StorageUnavailable (or let through when they are bugs)."""
@@ -13,13 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import event, exc
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.util import await_only
 
 from app.domain.errors import StorageUnavailable
 from app.storage.dialects import Dialect
-from app.storage.direct import DirectConnection, DirectStatements
 
 T = TypeVar("T")
 
@@ -37,11 +37,8 @@ class Runner:
         # An engine with an asyncio driver does its I/O on the event loop: its
         # methods must then be called through sqlalchemy.util.greenlet_spawn.
         self.runs_on_event_loop: bool = engine.dialect.is_async
-        self._direct = (
-            DirectStatements(engine, dialect.bounds.answer_deadline)
-            if self.runs_on_event_loop
-            else None
-        )
+        # How a piece of work gets its connection: the dialect knows.
+        self._connections = dialect.connections(engine)
 
     def transaction_over_keys(self, work: Callable[[Connection], T], what: str) -> T:
         """`work` in one transaction, again when it found a unique key taken: another
@@ -81,27 +78,16 @@ class Runner:
         *,
         transactional: bool,
     ) -> T:
-        """Run `work` on a pooled connection, again on a transient conflict.
-
-        On an engine with an asyncio driver, `work` gets a DirectConnection (see
-        app/storage/direct.py): in autocommit, with a transaction only when
-        `transactional`. Otherwise a SQLAlchemy Connection with `options`.
-        """
+        """Run `work` on a connection the dialect opens, again on a transient conflict:
+        in one transaction, or with `options` (SQLAlchemy execution options: the
+        dialect's for a read or a single statement) where `transactional` is off."""
         for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
             try:
-                with self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS):
-                    if self._direct is not None:
-                        direct = DirectConnection(self.engine, self._direct)
-                        try:
-                            with direct.begin(transactional):
-                                return work(direct)  # type: ignore[arg-type]
-                        finally:
-                            direct.close()
-                    with self.engine.connect() as connection:
-                        if options:
-                            connection = connection.execution_options(**options)
-                        with connection.begin():
-                            return work(connection)
+                with (
+                    self._translated_errors(retrying=attempt < _TRANSACTION_ATTEMPTS),
+                    self._connections.open(options, transactional=transactional) as connection,
+                ):
+                    return work(connection)
             except _Retry:
                 # Back off a little, with jitter, so the two sides of a deadlock part.
                 self.pause(random.uniform(0, 0.005 * 2**attempt))
@@ -115,9 +101,7 @@ class Runner:
 
     def listen_statements(self, listener: Callable[[], object]) -> None:
         """Call `listener` after every statement sent to the database."""
-        event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
-        if self._direct is not None:
-            self._direct.listeners.append(listener)
+        self._connections.listen(listener)
 
     def close(self) -> None:
         """Close every pooled connection."""

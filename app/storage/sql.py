@@ -25,7 +25,7 @@ from sqlalchemy import (
     table,
     update,
 )
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.dml import Delete, Insert
 
 from app.storage.tables import cron_entries, delivery_history, queue_settings
@@ -292,10 +292,10 @@ history_prune_rest = delete(delivery_history).where(history.finishedAt < bindpar
 
 # The revision Alembic recorded (readiness): its table, without Alembic's machinery,
 # so the read goes the way of every other statement, bounds included.
-schema_revision = select(column("version_num")).select_from(table("alembic_version"))
+schema_revision: Select[Any] = select(column("version_num")).select_from(table("alembic_version"))
 
 
-def _count(condition) -> object:
+def _count(condition: Any) -> ColumnElement[int]:
     return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
 

@@ -89,8 +89,8 @@ def test_installing_an_entry_creates_it_and_reinstalling_changes_nothing(store):
     assert again.outcome is InstallOutcome.UNCHANGED
     assert again.entry.updated_at == START_MS  # nothing was written
     assert store.cron.get(QUEUE, "nightly") == entry
-    assert store.cron.list(QUEUE) == [entry]
-    assert store.cron.list() == [entry]
+    assert store.cron.entries(QUEUE) == [entry]
+    assert store.cron.entries() == [entry]
     assert store.cron.get(QUEUE, "other") is None
 
 

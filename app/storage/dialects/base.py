@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sqlalchemy import Table
+from sqlalchemy import Table, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
@@ -65,6 +66,30 @@ def keep_alive(descriptor: int) -> None:
                 connected.setsockopt(level, getattr(socket, name), value)
 
 
+class Connections:
+    """How the runner gets a connection for a piece of work: a SQLAlchemy Connection from
+    the engine's pool, with the execution options asked for, in one transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def open(self, options: dict[str, Any], *, transactional: bool) -> Iterator[Connection]:
+        """A pooled connection for one piece of work; `options` are SQLAlchemy execution
+        options (the dialect's for a read or a single statement, or none for a
+        transaction). Here `transactional` changes nothing: SQLAlchemy's transaction
+        honours the options (AUTOCOMMIT makes its BEGIN and COMMIT no-ops)."""
+        with self.engine.connect() as connection:
+            if options:
+                connection = connection.execution_options(**options)
+            with connection.begin():
+                yield connection
+
+    def listen(self, listener: Callable[[], object]) -> None:
+        """Call `listener` after every statement sent to the database."""
+        event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
+
+
 class Dialect:
     """What one database does differently; defaults fit databases without `UPDATE … RETURNING`."""
 
@@ -107,6 +132,15 @@ class Dialect:
 
     def configure_engine(self, engine: Engine) -> None:
         """Install per-connection set-up (pragmas, transaction modes) on a new engine."""
+
+    def connections(self, engine: Engine) -> Connections:
+        """How the runner opens connections on `engine`: SQLAlchemy's way here."""
+        return Connections(engine)
+
+    def ping(self, engine: Engine) -> Callable[[Any], object]:
+        """The ping of a pooled connection in doubt at checkout (see engine.py): the
+        driver's own here, within its read timeout."""
+        return engine.dialect.do_ping
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         """An INSERT that skips rows whose unique key exists, and fails on any other error."""

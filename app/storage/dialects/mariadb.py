@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from functools import cache
 from typing import Any, ClassVar
 
@@ -23,7 +24,7 @@ from sqlalchemy import Select, Table, bindparam, event, func, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.dml import Delete, Insert
+from sqlalchemy.sql.dml import Insert, ReturningDelete
 
 from app.domain.errors import PayloadTooLarge
 from app.storage import sql
@@ -226,7 +227,7 @@ class MariaDBDialect(Dialect):
             parameters[removal.keys_after] = page[-1].pKey
 
     @staticmethod
-    def _record(connection: Connection, gone: list, parameters: dict) -> None:
+    def _record(connection: Connection, gone: Sequence[Any], parameters: dict) -> None:
         if gone:
             finish = (parameters["outcome"], parameters["now"])
             connection.execute(
@@ -236,7 +237,7 @@ class MariaDBDialect(Dialect):
 
     @staticmethod
     @cache
-    def _deleting(removal: sql.Removal) -> Delete:
+    def _deleting(removal: sql.Removal) -> ReturningDelete[Any]:
         return removal.delete.with_dialect_options(
             mysql_limit=_REMOVAL_BATCH, mariadb_limit=_REMOVAL_BATCH
         ).returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
@@ -277,7 +278,7 @@ class MariaDBDialect(Dialect):
 
     @staticmethod
     @cache
-    def _deleting_ids(removal: sql.Removal) -> Delete:
+    def _deleting_ids(removal: sql.Removal) -> ReturningDelete[Any]:
         return removal.delete.where(sql.columns.id.in_(bindparam("ids", expanding=True))).returning(
             *(sql.columns[name] for name in sql.HISTORY_SOURCE)
         )

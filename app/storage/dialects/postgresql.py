@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from select import POLLIN, poll
 from typing import Any, ClassVar
@@ -36,13 +36,16 @@ from sqlalchemy.sql.dml import Insert, Update
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import lease_sql, sql
 from app.storage.dialects.base import (
+    ANSWER_GRACE_SECONDS,
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_IDLE_SECONDS,
     KEEPALIVE_INTERVAL_SECONDS,
     KEEPALIVE_PROBES,
     UNACKNOWLEDGED_SECONDS,
+    Connections,
     Dialect,
 )
+from app.storage.dialects.postgresql_direct import DirectConnections, ping_within
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
@@ -75,12 +78,14 @@ def _claim(limited: bool, many: bool) -> Update:
             size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
         # In the order the rows were locked, each row's sums up to and including itself
         # (ROWS: rows due in the same millisecond are not added up together).
-        oldest_first = {"order_by": locked.c.previous_scheduled_at, "rows": (None, 0)}
+        order, rows = locked.c.previous_scheduled_at, (None, 0)
         picked = select(
             *locked.c,
             size.label("size"),
-            func.sum(size).over(**oldest_first).label("answer_bytes"),
-            func.sum(locked.c.payload_bytes).over(**oldest_first).label("payloads_bytes"),
+            func.sum(size).over(order_by=order, rows=rows).label("answer_bytes"),
+            func.sum(locked.c.payload_bytes)
+            .over(order_by=order, rows=rows)
+            .label("payloads_bytes"),
         ).subquery("picked")
         payloads_bytes = picked.c.payloads_bytes
         conditions.append(
@@ -309,6 +314,21 @@ class PostgreSQLDialect(Dialect):
             connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
             connection.adapters.register_dumper(list, ListBinaryDumper)
 
+    def connections(self, engine: Engine) -> Connections:
+        """On an engine of psycopg's asyncio driver, statements go straight through psycopg
+        (app/storage/dialects/postgresql_direct.py); otherwise SQLAlchemy's way."""
+        if engine.dialect.is_async:
+            return DirectConnections(engine, self.bounds.answer_deadline)
+        return super().connections(engine)
+
+    def ping(self, engine: Engine) -> Callable[[Any], object]:
+        if engine.dialect.is_async:
+            # A ping has a deadline, like every statement there: SELECT 1 needs no more
+            # than the grace a statement's answer gets. Given up, the connection is
+            # replaced, within the connect timeout.
+            return ping_within(ANSWER_GRACE_SECONDS)
+        return super().ping(engine)
+
     def connection_has_news(self, driver_connection: Any) -> bool:
         # An idle connection has nothing to read, unless the server closed it
         # (restart, pg_terminate_backend): then its notice or EOF is waiting.
@@ -379,7 +399,7 @@ class PostgreSQLDialect(Dialect):
         removed = 0
         while ids := connection.execute(_fetch_page, {}).scalars().all():
             page = {**parameters, "ids": ids}
-            removed += connection.execute(_removal_page(removal, record), page).scalar()
+            removed += connection.execute(_removal_page(removal, record), page).scalar() or 0
         connection.execute(_close_cursor, {})
         return removed
 

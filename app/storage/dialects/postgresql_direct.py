@@ -1,4 +1,5 @@
-"""The store's Core statements run straight on the driver's asyncio connection.
+"""PostgreSQL's statements run straight on the driver's asyncio connection: the
+PostgreSQL dialect's way of opening connections on an engine of its asyncio driver.
 
 Profiling (issue 3, bench/RESULTS.md) showed SQLAlchemy's execution layer over
 psycopg's asyncio API costing ~200 µs of CPU per statement, twice the statement
@@ -34,15 +35,17 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import exc
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util import await_only
+
+from app.storage.dialects.base import Connections
 
 T = TypeVar("T")
 
@@ -83,7 +86,8 @@ class DirectStatements:
         return found
 
     def _compile(self, statement: ClauseElement, columns: tuple[str, ...]) -> _Compiled:
-        compiled = statement.compile(dialect=self.dialect, column_keys=list(columns) or None)
+        # A SQLCompiler: its attributes below are not on the Compiled it is typed as.
+        compiled: Any = statement.compile(dialect=self.dialect, column_keys=list(columns) or None)
         # Refuse what this path does not do, so a test fails instead of a query going wrong.
         if compiled.positiontup is not None or compiled.escaped_bind_names:
             raise NotImplementedError("direct execution needs named parameters")
@@ -115,7 +119,9 @@ class DirectConnection:
             raise exc.DBAPIError.instance(
                 None, None, error, psycopg.Error, connection_invalidated=True, dialect=self._dialect
             ) from error
-        self._driver: psycopg.AsyncConnection = self._pooled.driver_connection
+        self._driver: psycopg.AsyncConnection = cast(
+            psycopg.AsyncConnection, self._pooled.driver_connection
+        )
         self._statements = statements
         self._given_up = _GivenUp()
 
@@ -175,10 +181,12 @@ class DirectConnection:
             )
             disconnected = True
         else:
-            disconnected = self._dialect.is_disconnect(error, self._pooled.dbapi_connection, None)
+            disconnected = self._dialect.is_disconnect(
+                cast(Any, error), self._pooled.dbapi_connection, None
+            )
         if disconnected:
             self._pooled.invalidate(error)
-        return exc.DBAPIError.instance(
+        translated = exc.DBAPIError.instance(
             sql,
             parameters,
             error,
@@ -186,6 +194,8 @@ class DirectConnection:
             connection_invalidated=disconnected,
             dialect=self._dialect,
         )
+        assert isinstance(translated, exc.DBAPIError)  # psycopg.Error is the DBAPI's
+        return translated
 
 
 class _GivenUp:
@@ -257,3 +267,27 @@ class DirectResult:
 
     def scalars(self) -> DirectResult:
         return DirectResult([row[0] for row in self._rows], self.rowcount)
+
+
+class DirectConnections(Connections):
+    """The runner's connections on an engine of psycopg's asyncio driver: DirectConnection
+    in autocommit, with a transaction only when the work is `transactional` (its
+    execution options are SQLAlchemy's, and have no use here)."""
+
+    def __init__(self, engine: Engine, answer_deadline: float) -> None:
+        super().__init__(engine)
+        self.statements = DirectStatements(engine, answer_deadline)
+
+    @contextmanager
+    def open(self, options: dict[str, Any], *, transactional: bool) -> Iterator[Connection]:
+        direct = DirectConnection(self.engine, self.statements)
+        try:
+            with direct.begin(transactional):
+                # It offers the part of Connection's API the storage rooms use.
+                yield cast(Connection, direct)
+        finally:
+            direct.close()
+
+    def listen(self, listener: Callable[[], object]) -> None:
+        super().listen(listener)
+        self.statements.listeners.append(listener)
