@@ -15,7 +15,7 @@ from app.api.errors import install_error_handlers
 from app.api.limits import RequestBodyLimits
 from app.api.openapi import install_openapi
 from app.api.request_id import RequestId
-from app.api.routes import cron, health, locks, messages, queues
+from app.api.routes import cron, health, history, locks, messages, queues
 from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
 from app.config import Settings
@@ -23,6 +23,7 @@ from app.cron.manager import cron_manager
 from app.cron.service import CronService
 from app.metrics import Metrics
 from app.periodic import Periodic
+from app.queue.lists import QueueLists
 from app.queue.notifier import Notifier
 from app.queue.service import QueueService
 from app.storage.calls import StorageCalls
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             events=metrics,
         )
         app.state.service = service
+        app.state.lists = QueueLists(storage, calls, clock, max_page_bytes=settings.max_poll_bytes)
         app.state.cron = CronService(
             storage,
             calls,
@@ -153,6 +155,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     install_error_handlers(app)
     install_openapi(app)
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.
-    for module in (locks, messages, cron, queues, health):
+    for module in (locks, messages, cron, queues, history, health):
         app.include_router(module.router)
     return app

@@ -10,12 +10,17 @@ from app.api.auth import queue_filter
 from app.config import Settings
 from app.cron.service import CronService
 from app.domain.messages import QueueFilter
+from app.queue.lists import QueueLists
 from app.queue.service import QueueService
 
 
 # async: FastAPI would run a plain function on a thread pool for every request.
 async def get_service(request: Request) -> QueueService:
     return request.app.state.service
+
+
+async def get_lists(request: Request) -> QueueLists:
+    return request.app.state.lists
 
 
 async def get_cron(request: Request) -> CronService:
@@ -31,6 +36,7 @@ async def get_queue_filter(request: Request) -> QueueFilter:
 
 
 Service = Annotated[QueueService, Depends(get_service)]
+Lists = Annotated[QueueLists, Depends(get_lists)]
 Cron = Annotated[CronService, Depends(get_cron)]
 # The queues the request's token may use, for the queues a request names beyond its path.
 AllowedQueues = Annotated[QueueFilter, Depends(get_queue_filter)]

@@ -38,7 +38,11 @@ _WRITE_BYTES = 64 * 1024
 
 def poll_response(lease: Lease | None) -> Response:
     """The `200` answer of a poll, as application/json; streamed when larger than a write."""
-    pieces = _poll_pieces(lease)
+    return _answer(_poll_pieces(lease))
+
+
+def _answer(pieces: list[bytes]) -> Response:
+    """`pieces` as one application/json answer, streamed when larger than a write."""
     length = sum(map(len, pieces))
     if length <= _WRITE_BYTES:
         return json_response(b"".join(pieces))
@@ -50,6 +54,17 @@ def poll_response(lease: Lease | None) -> Response:
 def message_response(message: Message, state: State) -> Response:
     """The `200` answer of `GET …/messages/{key}`."""
     return json_response(b"".join(_message_pieces(message, state, "")))
+
+
+def message_list_response(messages: Sequence[tuple[Message, State]], next: str | None) -> Response:
+    """The `200` answer of a list of messages; streamed when larger than a write."""
+    pieces = [b'{"messages":[']
+    for number, (message, state) in enumerate(messages):
+        if number:
+            pieces.append(b",")
+        pieces += _message_pieces(message, state, "")
+    pieces.append(f'],"next":{"null" if next is None else _string(next)}}}'.encode())
+    return _answer(pieces)
 
 
 def with_payload(answer: BaseModel, payload: bytes) -> bytes:

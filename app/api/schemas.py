@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,13 +28,15 @@ from app.domain.cron import InstallOutcome
 from app.domain.formats import (
     CRON_NAME_PATTERN,
     KEY_PATTERN,
+    KEY_PREFIX_PATTERN,
     QUEUE_PATTERN,
     RFC3339_PATTERN,
     format_timestamp,
     parse_timestamp,
     seconds_to_ms,
 )
-from app.domain.messages import IfExists, Outcome, State, When
+from app.domain.messages import Finish, IfExists, Outcome, State, When
+from app.domain.pages import MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 
 MAX_LEASE_SECONDS = 12 * 3600
@@ -60,6 +62,25 @@ MessageKey = Annotated[
     Path(
         pattern=KEY_PATTERN,
         description="Key: 1-200 characters, no control characters; may contain `/`",
+    ),
+]
+
+KeyPrefix = Annotated[
+    str | None,
+    Query(
+        pattern=KEY_PREFIX_PATTERN,
+        description="Only keys that start with this; `%` and `_` are characters like any "
+        "other. The list is then in key order (bytes of UTF-8)",
+    ),
+]
+PageLimit = Annotated[
+    int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE})")
+]
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=1000,
+        description="The `next` of the previous page; omit it for the first page",
     ),
 ]
 
@@ -194,6 +215,31 @@ class MessageResponse(BaseModel):
     dead_lettered_from: str | None = Field(
         description="For a dead letter, the queue it was moved from after its last delivery, "
         "where a redrive takes it back; an update keeps it only when its token may use that queue"
+    )
+
+
+class MessageListResponse(BaseModel):
+    messages: list[MessageResponse]
+    next: str | None = Field(
+        description="Pass as `cursor` for the following page; null on the last page"
+    )
+
+
+class HistoryEntryResponse(BaseModel):
+    key: str
+    outcome: Finish = Field(description="How the message left the queue")
+    scheduled_at: Timestamp = Field(description="When the producer asked for it")
+    created_at: Timestamp
+    first_delivered_at: Timestamp | None
+    last_delivered_at: Timestamp | None
+    deliveries: int = Field(description="How often it was handed to a worker in this queue")
+    finished_at: Timestamp = Field(description="When it left the queue")
+
+
+class HistoryResponse(BaseModel):
+    entries: list[HistoryEntryResponse]
+    next: str | None = Field(
+        description="Pass as `cursor` for the following (older) page; null on the last page"
     )
 
 

@@ -53,3 +53,7 @@ class PurgeNotConfirmed(HourglassError):
 
 class StorageUnavailable(HourglassError):
     """The database cannot be reached or did not answer in time; worth retrying."""
+
+
+class InvalidCursor(HourglassError):
+    """A list's `cursor` that no list of this kind handed out."""

@@ -11,6 +11,8 @@ QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 # 1-200 characters, none of Unicode category Cc (U+0000-U+001F, U+007F-U+009F).
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
+# The start of a key, or nothing.
+KEY_PREFIX_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{0,200}$"
 CRON_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,100}$"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

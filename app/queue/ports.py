@@ -9,6 +9,7 @@ from typing import Protocol
 
 from app.domain.messages import (
     Claim,
+    Finish,
     Lease,
     Message,
     Offer,
@@ -19,6 +20,14 @@ from app.domain.messages import (
     QueueStats,
     Redrive,
     every_queue,
+)
+from app.domain.pages import (
+    DuePosition,
+    HistoryPage,
+    HistoryPosition,
+    KeyPosition,
+    ListState,
+    MessagePage,
 )
 
 
@@ -84,6 +93,37 @@ class Settings(Protocol):
 
 class History(Protocol):
     def prune(self, before: int, batch: int) -> int: ...
+
+
+class Lists(Protocol):
+    def messages(
+        self,
+        queue: str,
+        *,
+        state: ListState = ListState.ALL,
+        prefix: str | None = None,
+        after: DuePosition | KeyPosition | None = None,
+        limit: int,
+        now: int,
+        max_bytes: int | None = None,
+    ) -> MessagePage: ...
+
+    def history(
+        self,
+        queue: str,
+        *,
+        key: str | None = None,
+        outcome: Finish | None = None,
+        before: HistoryPosition | None = None,
+        limit: int,
+    ) -> HistoryPage: ...
+
+
+class ListStorage(Protocol):
+    """The room the queue's lists use."""
+
+    @property
+    def lists(self) -> Lists: ...
 
 
 class QueueStorage(Protocol):

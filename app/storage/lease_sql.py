@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import BigInteger, String, bindparam, case, func, null, select, update
 from sqlalchemy.engine import Connection
@@ -224,19 +225,23 @@ def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
 
 
 def read_payloads(
-    connection: Connection, statement: Select, rows: Sequence[ClaimedRow], lock_id: str
+    connection: Connection,
+    statement: Select[Any],
+    sized: Sequence[tuple[int, int]],
+    parameters: dict[str, Any],
 ) -> dict[int, bytes]:
-    """The payloads of `rows` that `lock_id` still holds, by id, read by `statement` (ids
-    and a lock) in results of about PAYLOAD_READ_BYTES."""
+    """The payloads that `statement` (ids bound as "ids", and `parameters`) finds of the rows
+    `sized` lists as (id, payload bytes), by id, read in results of about
+    PAYLOAD_READ_BYTES."""
     payloads: dict[int, bytes] = {}
     start = 0
-    while start < len(rows):
-        end, size = start + 1, rows[start].payload_bytes
-        while end < len(rows) and size + rows[end].payload_bytes <= PAYLOAD_READ_BYTES:
-            size += rows[end].payload_bytes
+    while start < len(sized):
+        end, size = start + 1, sized[start][1]
+        while end < len(sized) and size + sized[end][1] <= PAYLOAD_READ_BYTES:
+            size += sized[end][1]
             end += 1
-        ids = [row.id for row in rows[start:end]]
-        found = connection.execute(statement, {"ids": ids, "lock_id": lock_id})
+        ids = [row_id for row_id, _ in sized[start:end]]
+        found = connection.execute(statement, {**parameters, "ids": ids})
         payloads.update((row.id, row.payload) for row in found)
         start = end
     return payloads

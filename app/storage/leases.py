@@ -111,9 +111,10 @@ class SqlLeases:
         missing = [row for row in claimed if row.payload is None and row.delivered(max_deliveries)]
         if not missing:
             return claimed
+        sized = [(row.id, row.payload_bytes) for row in missing]
         payloads = self.runner.read(
             lambda connection: lease_sql.read_payloads(
-                connection, self.dialect.claimed_payloads, missing, lock_id
+                connection, self.dialect.claimed_payloads, sized, {"lock_id": lock_id}
             )
         )
         read = {row.id for row in missing}

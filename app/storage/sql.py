@@ -182,10 +182,26 @@ message_get = select(
     columns.deadLetteredFrom,
 ).where(by_key)
 message_delete = removal(by_key)
+# Payloads by id (a list reads those too large to come with its rows after them).
+payloads_by_id = select(columns.id, columns.payload).where(
+    columns.id.in_(bindparam("ids", expanding=True))
+)
 
 # When a queue next has something to deliver (a due message or an ending lease).
 queue_next_due = select(func.min(columns.scheduledAt)).where(in_queue)
 queue_purge = removal(in_queue)
+
+
+@dataclass(frozen=True)
+class KeyOrder:
+    """The message key compared (`after`, `at_or_after`, `before` a bound parameter) and
+    sorted (`ascending`) in byte order; here the column's own order, which is byte
+    order on MariaDB (utf8mb4_nopad_bin) and SQLite (BINARY)."""
+
+    after: Callable[[Any], Any] = columns.pKey.__gt__
+    at_or_after: Callable[[Any], Any] = columns.pKey.__ge__
+    before: Callable[[Any], Any] = columns.pKey.__lt__
+    ascending: Any = columns.pKey
 
 
 @dataclass(frozen=True, eq=False)

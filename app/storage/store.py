@@ -2,8 +2,9 @@
 
 `storage.messages` (offers, reads, deletes, stats, purges), `storage.leases`
 (polls, dead letters, redrive, acknowledge, extend, release), `storage.cron`
-(cron entries and their runs), `storage.settings` (each queue's own settings)
-and `storage.history` (its upkeep). Their methods take the current time as an
+(cron entries and their runs), `storage.settings` (each queue's own settings),
+`storage.history` (its upkeep) and `storage.lists` (pages of messages and of
+history). Their methods take the current time as an
 argument, return frozen domain objects, never rows, and raise the domain's
 exceptions, never a driver's. Each service sees the rooms it uses through its
 ports (app/queue/ports.py, app/cron/ports.py).
@@ -21,6 +22,7 @@ from app.storage.cron_entries import SqlCronEntries
 from app.storage.dialects import Dialect
 from app.storage.history import Removals, SqlHistory
 from app.storage.leases import SqlLeases
+from app.storage.lists import SqlLists
 from app.storage.messages import SqlMessages
 from app.storage.queue_settings import SqlSettings
 from app.storage.runner import Runner
@@ -43,6 +45,7 @@ class Storage:
         self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
         self.settings = SqlSettings(self.runner)
         self.history = SqlHistory(self.runner)
+        self.lists = SqlLists(self.runner, dialect)
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""

@@ -49,7 +49,17 @@ delayed_queue = Table(
     Column("lastDeliveredAt", BigInteger, nullable=True),
     Column("deadLetteredFrom", String(100), nullable=True),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
-    Index("delayed_queue__kind_scheduled_at_idx", "pKind", "scheduledAt"),
+    # Polls and lists by due time (revision 0006 added "id": a page's keyset is
+    # (scheduledAt, id), and many messages may be due in the same millisecond).
+    Index("delayed_queue__kind_scheduled_at_id_idx", "pKind", "scheduledAt", "id"),
+    # Lists by key prefix (revision 0006), keys in byte order: on PostgreSQL by the
+    # operator class that compares bytes whatever the collation (see below).
+    Index(
+        "delayed_queue__kind_key_idx",
+        "pKind",
+        "pKey",
+        postgresql_ops={"pKey": "varchar_pattern_ops"},
+    ),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
@@ -120,5 +130,8 @@ delivery_history = Table(
     Column("outcome", String(16), nullable=False),
     Column("finishedAt", BigInteger, nullable=False),
     Index("delivery_history__finished_at_id_idx", "finishedAt", "id"),
+    # A queue's history, newest first, of every key or of one (revision 0006).
+    Index("delivery_history__queue_finished_at_id_idx", "queue", "finishedAt", "id"),
+    Index("delivery_history__queue_key_finished_at_id_idx", "queue", "key", "finishedAt", "id"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

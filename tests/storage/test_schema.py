@@ -57,7 +57,9 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
     assert columns == seed | added_by_revisions
     assert indexes >= {
         (("pKey", "pKind"), True),
-        (("pKind", "scheduledAt"), False),
+        # The seed's ("pKind", "scheduledAt"), with the id after it (revision 0006: lists).
+        (("pKind", "scheduledAt", "id"), False),
+        (("pKind", "pKey"), False),  # lists by key prefix (revision 0006)
         (("lockUuid", "id"), False),
     }
 

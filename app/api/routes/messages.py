@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 
-from app.api.deps import AllowedQueues, Service
+from app.api.deps import AllowedQueues, Lists, Service
 from app.api.openapi import problem_responses
-from app.api.rendering import batch_response, message_response
+from app.api.rendering import batch_response, message_list_response, message_response
 from app.api.schemas import (
     BatchRequest,
     BatchResponse,
+    Cursor,
+    KeyPrefix,
     MessageKey,
+    MessageListResponse,
     MessageResponse,
     OfferResponse,
+    PageLimit,
     PutMessage,
     QueueName,
     UpdateMessage,
 )
 from app.domain.messages import OfferRequest, OfferResult, Outcome
+from app.domain.pages import DEFAULT_PAGE, ListState
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
@@ -82,6 +88,30 @@ async def create_message(
     result = await service.offer_new(queue, body.payload, body.when())
     response.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
     return _offer_response(result)
+
+
+@router.get(
+    "/messages",
+    response_model=MessageListResponse,
+    summary="List messages: by due time, or by key with a key prefix; a page at a time",
+    responses=problem_responses(422, 503),
+)
+async def list_messages(
+    queue: QueueName,
+    lists: Lists,
+    state: Annotated[
+        ListState, Query(description="`ready`, `scheduled`, `leased`, or `all`")
+    ] = ListState.ALL,
+    prefix: KeyPrefix = None,
+    limit: PageLimit = DEFAULT_PAGE,
+    cursor: Cursor = None,
+) -> Response:
+    """Without `prefix`, in due-time order, then by id; with it, in key order. Paging
+    while offers and polls go on lists no message twice in one walk, and skips none
+    that stayed in place (a message offered or polled meanwhile has moved, and is
+    left to a new walk). A page stops early rather than pass the poll's byte bound."""
+    page = await lists.messages(queue, state=state, prefix=prefix, cursor=cursor, limit=limit)
+    return message_list_response(page.messages, page.next)
 
 
 @router.get(

@@ -106,6 +106,11 @@ class Dialect:
     stored_offers: Select = sql.stored_offers
     # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
     claimed_payloads: Select = lease_sql.claimed_payloads
+    # The payloads of rows by id ("ids"): a list's payloads too large to read with its rows.
+    payloads_by_id: Select = sql.payloads_by_id
+    # The key column compared and sorted in byte order (UTF-8 bytes, or code points: the
+    # same order), as lists by key prefix read it; an index leads to it (revision 0006).
+    keys_by_bytes: sql.KeyOrder = sql.KeyOrder()
     # A cron entry's runs, read and deleted as one range of keys in byte order.
     entry_runs: sql.EntryRuns = sql.runs
     # The largest statement the server takes, where it has a limit (bytes, roughly).

@@ -20,6 +20,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    literal_column,
     select,
     text,
     true,
@@ -280,6 +281,18 @@ class PostgreSQLDialect(Dialect):
     claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
         sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))),
         sql.columns.lockUuid == bindparam("lock_id"),
+    )
+
+    payloads_by_id = select(sql.columns.id, sql.columns.payload).where(
+        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+    )
+    # Byte order whatever the database's collation: the operators of varchar_pattern_ops,
+    # the operator class of the index that leads to it (revision 0006).
+    keys_by_bytes = sql.KeyOrder(
+        after=sql.columns.pKey.op("~>~", is_comparison=True),
+        at_or_after=sql.columns.pKey.op("~>=~", is_comparison=True),
+        before=sql.columns.pKey.op("~<~", is_comparison=True),
+        ascending=literal_column('"pKey" USING ~<~'),
     )
 
     def payload_digest(self, payload: bytes) -> bytes:

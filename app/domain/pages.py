@@ -1,0 +1,142 @@
+"""Pages of a list (a queue's messages, its delivery history) and the opaque cursors
+that lead from one page to the next (SPEC §8).
+
+A cursor holds the position after the last row of its page: the next page starts
+strictly after it, so rows inserted behind it are not read again and rows ahead
+of it are not skipped (keyset paging, no OFFSET).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.domain.errors import InvalidCursor
+from app.domain.messages import Finish, Message
+
+MAX_PAGE = 500
+DEFAULT_PAGE = 50
+
+
+class ListState(StrEnum):
+    """Which messages a list shows (`ready`, `scheduled`, `leased`: see State)."""
+
+    ALL = "all"
+    READY = "ready"
+    SCHEDULED = "scheduled"
+    LEASED = "leased"
+
+
+@dataclass(frozen=True, slots=True)
+class DuePosition:
+    """After the message due at `at` with row id `id`, in a walk that began at `since`.
+
+    A message offered or polled at `since` or later has moved (its due time changed)
+    since the walk began: later pages leave it out, so it is never listed twice in
+    one walk, while every message that stayed in place is listed once."""
+
+    at: int
+    id: int
+    since: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPosition:
+    """After the message with this key (lists by key prefix go in key order)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPosition:
+    """Before the history row that finished at `finished_at` with row id `id` (newest first)."""
+
+    finished_at: int
+    id: int
+
+
+Position = DuePosition | KeyPosition | HistoryPosition
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    messages: list[Message]
+    # Where the next page starts; None when this one is the last.
+    after: DuePosition | KeyPosition | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One message that left its queue: when it was asked for and created, its deliveries,
+    how it ended and when."""
+
+    queue: str
+    key: str
+    outcome: Finish
+    scheduled_at: int
+    created_at: int
+    first_delivered_at: int | None
+    last_delivered_at: int | None
+    deliveries: int
+    finished_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    entries: list[HistoryEntry]
+    after: HistoryPosition | None
+
+
+def key_prefix_end(prefix: str) -> str | None:
+    """The least string after every string that starts with `prefix`, in code point order
+    (which is UTF-8 byte order): keys with the prefix are exactly those in
+    [prefix, end). None when there is no such string (the prefix ends in U+10FFFF
+    only): then the range has no end."""
+    while prefix:
+        last = ord(prefix[-1]) + 1
+        if last == 0xD800:  # surrogates are no characters of a stored key
+            last = 0xE000
+        if last <= 0x10FFFF:
+            return prefix[:-1] + chr(last)
+        prefix = prefix[:-1]
+    return None
+
+
+_KINDS = {"d": DuePosition, "k": KeyPosition, "h": HistoryPosition}
+
+
+def encode_cursor(position: Position) -> str:
+    """`position` as an opaque, URL-safe string."""
+    if isinstance(position, DuePosition):
+        fields: list[object] = ["d", position.at, position.id, position.since]
+    elif isinstance(position, KeyPosition):
+        fields = ["k", position.key]
+    else:
+        fields = ["h", position.finished_at, position.id]
+    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(text).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str, *kinds: type[Position]) -> Position:
+    """The position `cursor` holds, which must be of one of `kinds`; InvalidCursor otherwise."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        kind, *values = json.loads(text)
+        position_type = _KINDS[kind]
+        if position_type is KeyPosition:
+            (key,) = values
+            if not isinstance(key, str):
+                raise TypeError(key)
+            position: Position = KeyPosition(key)
+        else:
+            if not all(type(value) is int for value in values):
+                raise TypeError(values)
+            position = position_type(*values)
+    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError) as error:
+        raise InvalidCursor("the cursor is not one this list handed out") from error
+    if not isinstance(position, kinds):
+        raise InvalidCursor("the cursor belongs to another kind of list (another order)")
+    return position

@@ -1,0 +1,277 @@
+"""Lists: a queue's messages a page at a time (by due time, or by key prefix in key
+order, of one state or all) and its delivery history, newest first (SPEC §8).
+
+Every page is a keyset read: an index leads to the first row after the cursor
+(decision 13), so a page costs what its rows cost, whatever the queue's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import BigInteger, String, and_, bindparam, case, func, or_, select, tuple_
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement, Select
+
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES as MESSAGE_ENVELOPE_BYTES
+from app.domain.messages import Finish, Message
+from app.domain.pages import (
+    DuePosition,
+    HistoryEntry,
+    HistoryPage,
+    HistoryPosition,
+    KeyPosition,
+    ListState,
+    MessagePage,
+    key_prefix_end,
+)
+from app.storage import lease_sql, sql
+from app.storage.dialects import Dialect
+from app.storage.runner import Runner
+
+columns = sql.columns
+history = sql.history
+# Bytes of a page's payloads read with its rows; larger ones are read after, by id, in
+# results of about this size (as a poll reads them: lease_sql.PAYLOAD_READ_BYTES).
+_INLINE_BYTES = lease_sql.PAYLOAD_READ_BYTES
+# A page's bound in payload bytes when it has none.
+_UNBOUNDED = 2**62
+
+
+class SqlLists:
+    """Pages of messages and of history."""
+
+    def __init__(self, runner: Runner, dialect: Dialect) -> None:
+        self.runner = runner
+        self.dialect = dialect
+
+    def messages(
+        self,
+        queue: str,
+        *,
+        state: ListState = ListState.ALL,
+        prefix: str | None = None,
+        after: DuePosition | KeyPosition | None = None,
+        limit: int,
+        now: int,
+        max_bytes: int | None = None,
+    ) -> MessagePage:
+        """Up to `limit` messages after `after`: by due time then id, or with `prefix` (a
+        key prefix, every character literal) by key. A page stops early where its
+        payloads would pass `max_bytes` (the first message always)."""
+        by_key = bool(prefix)
+        statement = _messages_statement(
+            self.dialect.keys_by_bytes,
+            by_key=by_key,
+            state=state,
+            after=after is not None,
+            since=isinstance(after, DuePosition),
+            bounded=by_key and key_prefix_end(prefix or "") is not None,
+        )
+        parameters: dict[str, Any] = {
+            "queue": queue,
+            "now": now,
+            "limit": limit + 1,  # one more: whether there is a next page
+            "inline_payload_bytes": _INLINE_BYTES // (limit + 1),
+        }
+        if by_key:
+            assert prefix is not None
+            parameters["low"] = prefix
+            if (end := key_prefix_end(prefix)) is not None:
+                parameters["high"] = end
+        if isinstance(after, DuePosition):
+            parameters |= {"after_at": after.at, "after_id": after.id, "since": after.since}
+        elif isinstance(after, KeyPosition):
+            parameters["after_key"] = after.key
+
+        def read(connection: Connection) -> Sequence[Any]:
+            return connection.execute(statement, parameters).all()
+
+        rows = list(self.runner.read(read))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        sizes = [row.payload_bytes + MESSAGE_ENVELOPE_BYTES for row in rows]
+        fitting = lease_sql.answer_length(sizes, _UNBOUNDED if max_bytes is None else max_bytes)
+        more = more or fitting < len(rows)
+        rows = rows[:fitting]
+        payloads = self._payloads([row for row in rows if row.payload is None])
+        messages = [
+            _message(queue, row, row.payload if row.payload is not None else payloads[row.id])
+            for row in rows
+            if row.payload is not None or row.id in payloads  # else deleted meanwhile
+        ]
+        if not (more and rows):
+            return MessagePage(messages, None)
+        last = rows[-1]
+        if by_key:
+            return MessagePage(messages, KeyPosition(last.pKey))
+        since = after.since if isinstance(after, DuePosition) else now
+        return MessagePage(messages, DuePosition(last.scheduledAt, last.id, since))
+
+    def _payloads(self, rows: Sequence[Any]) -> dict[int, bytes]:
+        """The payloads of `rows` (too large to read with them), by id; a message deleted
+        since has none."""
+        if not rows:
+            return {}
+        sized = [(row.id, row.payload_bytes) for row in rows]
+        return self.runner.read(
+            lambda connection: lease_sql.read_payloads(
+                connection, self.dialect.payloads_by_id, sized, {}
+            )
+        )
+
+    def history(
+        self,
+        queue: str,
+        *,
+        key: str | None = None,
+        outcome: Finish | None = None,
+        before: HistoryPosition | None = None,
+        limit: int,
+    ) -> HistoryPage:
+        """Up to `limit` history rows of `queue` (of one key, of one outcome), newest first,
+        older than `before`."""
+        statement = _history_statement(
+            key=key is not None, outcome=outcome is not None, before=before is not None
+        )
+        parameters: dict[str, Any] = {"queue": queue, "limit": limit + 1}
+        if key is not None:
+            parameters["key"] = key
+        if outcome is not None:
+            parameters["outcome"] = outcome.value
+        if before is not None:
+            parameters |= {"before_at": before.finished_at, "before_id": before.id}
+
+        def read(connection: Connection) -> Sequence[Any]:
+            return connection.execute(statement, parameters).all()
+
+        rows = list(self.runner.read(read))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        entries = [
+            HistoryEntry(
+                queue=queue,
+                key=row.key,
+                outcome=Finish(row.outcome),
+                scheduled_at=row.scheduledAt,
+                created_at=row.createdAt,
+                first_delivered_at=row.firstDeliveredAt,
+                last_delivered_at=row.lastDeliveredAt,
+                deliveries=row.deliveries,
+                finished_at=row.finishedAt,
+            )
+            for row in rows
+        ]
+        after = HistoryPosition(rows[-1].finishedAt, rows[-1].id) if more else None
+        return HistoryPage(entries, after)
+
+
+@cache
+def _messages_statement(
+    keys: sql.KeyOrder,
+    *,
+    by_key: bool,
+    state: ListState,
+    after: bool,
+    since: bool,
+    bounded: bool,
+) -> Select[Any]:
+    """The page's SELECT: `keys` compare and sort keys in byte order (the dialect's); the rest
+    says which conditions the page has. Built once per combination."""
+    conditions: list[ColumnElement[bool]] = [columns.pKind == bindparam("queue")]
+    if by_key:
+        # The keys with the prefix are one range (key_prefix_end): no LIKE, so `%` and
+        # `_` are characters like any other.
+        conditions.append(keys.at_or_after(bindparam("low", type_=String)))
+        if bounded:
+            conditions.append(keys.before(bindparam("high", type_=String)))
+        if after:
+            conditions.append(keys.after(bindparam("after_key", type_=String)))
+        order: tuple[Any, ...] = (keys.ascending,)
+    else:
+        if after:
+            position = tuple_(bindparam("after_at", type_=BigInteger), bindparam("after_id"))
+            conditions.append(tuple_(columns.scheduledAt, columns.id) > position)
+        if since:
+            # Offered or polled since the walk began: moved, listed already or to be
+            # listed by a new walk (DuePosition).
+            conditions.append(columns.createdAt < bindparam("since", type_=BigInteger))
+            conditions.append(
+                or_(
+                    columns.lastDeliveredAt.is_(None),
+                    columns.lastDeliveredAt < bindparam("since", type_=BigInteger),
+                )
+            )
+        order = (columns.scheduledAt, columns.id)
+    due = columns.scheduledAt <= bindparam("now", type_=BigInteger)
+    if state is ListState.READY:
+        conditions.append(due)
+    elif state is ListState.SCHEDULED:
+        conditions.append(and_(~due, columns.lockUuid.is_(None)))
+    elif state is ListState.LEASED:
+        conditions.append(and_(~due, columns.lockUuid.is_not(None)))
+    payload_bytes = func.length(columns.payload)
+    return (
+        select(
+            columns.id,
+            columns.pKey,
+            columns.scheduledAt,
+            columns.scheduledAtInitially,
+            columns.createdAt,
+            columns.lockUuid.is_not(None).label("locked"),
+            columns.deliveries,
+            columns.deadLetteredFrom,
+            payload_bytes.label("payload_bytes"),
+            case((payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
+                "payload"
+            ),
+        )
+        .where(*conditions)
+        .order_by(*order)
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _history_statement(*, key: bool, outcome: bool, before: bool) -> Select[Any]:
+    """A history page's SELECT, newest first; built once per combination of filters."""
+    conditions: list[ColumnElement[bool]] = [history.queue == bindparam("queue")]
+    if key:
+        conditions.append(history.key == bindparam("key"))
+    if outcome:
+        conditions.append(history.outcome == bindparam("outcome"))
+    if before:
+        position = tuple_(bindparam("before_at", type_=BigInteger), bindparam("before_id"))
+        conditions.append(tuple_(history.finishedAt, history.id) < position)
+    return (
+        select(
+            history.id,
+            history.key,
+            history.outcome,
+            history.scheduledAt,
+            history.createdAt,
+            history.firstDeliveredAt,
+            history.lastDeliveredAt,
+            history.deliveries,
+            history.finishedAt,
+        )
+        .where(*conditions)
+        .order_by(history.finishedAt.desc(), history.id.desc())
+        .limit(bindparam("limit"))
+    )
+
+
+def _message(queue: str, row: Any, payload: bytes) -> Message:
+    return Message(
+        queue=queue,
+        key=row.pKey,
+        payload=payload,
+        scheduled_at=row.scheduledAt,
+        scheduled_at_initially=row.scheduledAtInitially,
+        created_at=row.createdAt,
+        locked=bool(row.locked),
+        deliveries=row.deliveries,
+        dead_lettered_from=row.deadLetteredFrom,
+    )
