@@ -34,9 +34,13 @@ class ListState(StrEnum):
 class DuePosition:
     """After the message due at `at` with row id `id`, in a walk that began at `since`.
 
-    A message offered or polled at `since` or later has moved (its due time changed)
-    since the walk began: later pages leave it out, so it is never listed twice in
-    one walk, while every message that stayed in place is listed once."""
+    A message offered or polled at `since` or later (the first page's time) has moved
+    since the walk began (its due time changed): later pages leave it out, so it is
+    never listed twice in one walk, while every message that stayed in place is listed
+    once. Times are the service's clock: a message offered or polled in the very
+    millisecond the walk began counts as moved, and so may be left to a new walk.
+    Releases and lease extensions stamp no time; a message released or extended
+    during a walk may be listed twice, or not at all."""
 
     at: int
     id: int
