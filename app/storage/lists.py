@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES as MESSAGE_ENVELOPE_BYTES
-from app.domain.messages import Finish, Message
+from app.domain.messages import Finish
 from app.domain.pages import (
     DuePosition,
     HistoryEntry,
@@ -29,6 +29,7 @@ from app.domain.pages import (
 )
 from app.storage import lease_sql, sql
 from app.storage.dialects import Dialect
+from app.storage.messages import message_of
 from app.storage.runner import Runner
 
 columns = sql.columns
@@ -98,7 +99,7 @@ class SqlLists:
         rows = rows[:fitting]
         payloads = self._payloads([row for row in rows if row.payload is None])
         messages = [
-            _message(queue, row, row.payload if row.payload is not None else payloads[row.id])
+            message_of(queue, row, row.payload if row.payload is not None else payloads[row.id])
             for row in rows
             if row.payload is not None or row.id in payloads  # else deleted meanwhile
         ]
@@ -216,13 +217,7 @@ def _messages_statement(
     return (
         select(
             columns.id,
-            columns.pKey,
-            columns.scheduledAt,
-            columns.scheduledAtInitially,
-            columns.createdAt,
-            columns.lockUuid.is_not(None).label("locked"),
-            columns.deliveries,
-            columns.deadLetteredFrom,
+            *sql.MESSAGE_COLUMNS,
             payload_bytes.label("payload_bytes"),
             case((payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
                 "payload"
@@ -260,18 +255,4 @@ def _history_statement(*, key: bool, outcome: bool, before: bool) -> Select[Any]
         .where(*conditions)
         .order_by(history.finishedAt.desc(), history.id.desc())
         .limit(bindparam("limit"))
-    )
-
-
-def _message(queue: str, row: Any, payload: bytes) -> Message:
-    return Message(
-        queue=queue,
-        key=row.pKey,
-        payload=payload,
-        scheduled_at=row.scheduledAt,
-        scheduled_at_initially=row.scheduledAtInitially,
-        created_at=row.createdAt,
-        locked=bool(row.locked),
-        deliveries=row.deliveries,
-        dead_lettered_from=row.deadLetteredFrom,
     )

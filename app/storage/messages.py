@@ -261,19 +261,7 @@ class SqlMessages:
                 sql.message_get, {"queue": queue, "key": key}
             ).first()
         )
-        if row is None:
-            return None
-        return Message(
-            queue=queue,
-            key=row.pKey,
-            payload=row.payload,
-            scheduled_at=row.scheduledAt,
-            scheduled_at_initially=row.scheduledAtInitially,
-            created_at=row.createdAt,
-            locked=bool(row.locked),
-            deliveries=row.deliveries,
-            dead_lettered_from=row.deadLetteredFrom,
-        )
+        return None if row is None else message_of(queue, row, row.payload)
 
     def delete(self, queue: str, key: str, now: int) -> bool:
         """Delete the message under `key`, leased or not; False when there was none."""
@@ -315,6 +303,21 @@ class SqlMessages:
         """Delete every message of the queue; how many there were (in pages, one
         transaction still: see Removals.remove_all)."""
         return self.removals.remove_all(sql.queue_purge, {"queue": queue}, now)
+
+
+def message_of(queue: str, row: Any, payload: bytes) -> Message:
+    """The Message of a row that has sql.MESSAGE_COLUMNS."""
+    return Message(
+        queue=queue,
+        key=row.pKey,
+        payload=payload,
+        scheduled_at=row.scheduledAt,
+        scheduled_at_initially=row.scheduledAtInitially,
+        created_at=row.createdAt,
+        locked=bool(row.locked),
+        deliveries=row.deliveries,
+        dead_lettered_from=row.deadLetteredFrom,
+    )
 
 
 def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:

@@ -171,16 +171,17 @@ stored_offers = keys_in_queue(
     columns.pKey, columns.payload.label("digest"), columns.scheduledAtInitially
 )
 
-message_get = select(
+# What a Message shows (storage/messages.py: message_of), its payload besides.
+MESSAGE_COLUMNS = (
     columns.pKey,
-    columns.payload,
     columns.scheduledAt,
     columns.scheduledAtInitially,
     columns.createdAt,
     columns.lockUuid.is_not(None).label("locked"),
     columns.deliveries,
     columns.deadLetteredFrom,
-).where(by_key)
+)
+message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)
 # Payloads by id (a list reads those too large to come with its rows after them).
 payloads_by_id = select(columns.id, columns.payload).where(
