@@ -17,8 +17,8 @@ const tokenError = document.getElementById("token-error");
 const forgetButton = document.getElementById("forget-token");
 
 // While the database or the service is away, a page that could not load tries again
-// after the service's Retry-After, and at most this often.
-const RETRY_MILLISECONDS = 2000;
+// after the service's Retry-After (1 s), and at most this often.
+const RETRY_MILLISECONDS = 1000;
 
 /** The page at `pathname` and what its address names; null when there is no such page. */
 function route(pathname) {
@@ -122,7 +122,7 @@ function failed(shown, error) {
       view,
       state(
         error instanceof Unreachable ? "The service does not answer" : "Database unavailable",
-        "The console tries again every few seconds and shows this page as soon as it can.",
+        "The console tries again every second and shows this page as soon as it can.",
       ),
     );
     const wait = Math.max(RETRY_MILLISECONDS, (error.retryAfter || 0) * 1000);
