@@ -6,12 +6,13 @@ import { segment } from "./api.js";
 
 /**
  * An element: `h("a", {href, className, onClick}, "text", child, …)`. A string child
- * becomes a text node; null, undefined and false are left out; arrays are spread.
+ * becomes a text node; null, undefined and false children are left out; arrays are
+ * spread. A property left null or undefined is not set.
  */
 export function h(tag, properties = {}, ...children) {
   const element = document.createElement(tag);
   for (const [name, value] of Object.entries(properties)) {
-    if (value === null || value === undefined || value === false) {
+    if (value === null || value === undefined) {
       continue;
     }
     if (name.startsWith("on")) {
@@ -19,9 +20,9 @@ export function h(tag, properties = {}, ...children) {
     } else if (name === "className") {
       element.className = value;
     } else if (name in element && typeof element[name] !== "function") {
-      element[name] = value;
-    } else {
-      element.setAttribute(name, value === true ? "" : String(value));
+      element[name] = value; // a property: `disabled`, `spellcheck`, `href`, `value`…
+    } else if (value !== false) {
+      element.setAttribute(name, value === true ? "" : String(value)); // data-*, aria-*
     }
   }
   append(element, children);

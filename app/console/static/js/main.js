@@ -63,6 +63,9 @@ async function show() {
     return;
   }
   const notice = window.history.state?.notice;
+  if (notice) {
+    window.history.replaceState(null, "", window.location.href); // shown once, not on Back
+  }
   const context = {
     root: view,
     params: found.params,
