@@ -13,8 +13,9 @@ import pytest
 from tests.browser.pages import NOBODYS_TOKEN, TEAM_GLOB, TEAM_TOKEN, Console, message_path
 
 NEEDS_SECTION_8 = pytest.mark.xfail(reason="needs §8 endpoints", strict=False)
-# What the page alone decides (text never read as HTML, forms, tokens) is the same on
-# every database: one is enough. The rest runs on both (the `service` fixture's params).
+# What the page alone decides (text never read as HTML, confirmations, forms, tokens) is
+# the same on every database, whose side the contract suite covers: one is enough. The
+# rest runs on both (the `service` fixture's params).
 PAGE_ONLY = pytest.mark.parametrize("service", ["sqlite"], indirect=True)
 
 # Keys that a console putting user data into HTML would run as script.
@@ -159,6 +160,7 @@ def test_a_deep_link_to_a_key_with_slashes_and_spaces_loads_it(console, unique):
     assert console.text("#message-key") == "no/such key"
 
 
+@PAGE_ONLY
 def test_deleting_a_message_asks_first(console, unique):
     service = console.service
     queue = f"delete-{unique}"
@@ -195,6 +197,7 @@ def test_redrive_sends_dead_letters_back(console, unique):
     console.wait_for_text('[data-count="messages"] .value', "0", exact=True)
 
 
+@PAGE_ONLY
 def test_purge_waits_for_the_queue_name_typed_exactly(console, unique):
     service = console.service
     queue = f"purge-{unique}"
@@ -346,6 +349,7 @@ def test_messages_are_searched_by_key_prefix_and_paged(console, unique):
     console.wait(lambda: _listed_keys(console) == ["order/3"], "the prefix from the address")
 
 
+@PAGE_ONLY
 @NEEDS_SECTION_8
 def test_a_message_is_deleted_from_the_list(console, unique):
     service = console.service
