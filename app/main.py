@@ -19,6 +19,7 @@ from app.api.routes import cron, health, history, locks, messages, queues
 from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.console.routes import install_console
 from app.cron.manager import cron_manager
 from app.cron.service import CronService
 from app.metrics import Metrics
@@ -136,6 +137,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Served by install_console from the package's own files, not from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = Metrics(clock=clock)
@@ -157,4 +161,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # Hot routes first: FastAPI tries routes in order, and polls and acks are most requests.
     for module in (locks, messages, cron, queues, history, health):
         app.include_router(module.router)
+    install_console(app)
     return app

@@ -105,6 +105,27 @@ def java() -> None:
         required_or_skip("the Spark pipeline", "no `java` on PATH (Spark needs Java 17)")
 
 
+@pytest.fixture(scope="session")
+def chromium() -> tuple[str, str]:
+    """Chromium and its driver, for tests/browser: without them (or without selenium) the
+    console is not exercised in a browser (and CI fails)."""
+    browser = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        missing = " and ".join(
+            name for name, path in (("chromium", browser), ("chromedriver", driver)) if not path
+        )
+        required_or_skip(
+            "the console in a browser",
+            f"no {missing} on PATH (Debian: apt-get install chromium chromium-driver)",
+        )
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        required_or_skip("the console in a browser", "selenium is missing (pip install '.[test]')")
+    return browser, driver
+
+
 def _not_exercised() -> list[str]:
     return [
         *(

@@ -1,0 +1,404 @@
+// A queue: its counts (refreshed), its messages by state with key-prefix search and
+// paging, its cron entries with their next runs, its recent history, its settings
+// (editable), and its actions: delete a message, redrive dead letters, purge.
+
+import { ApiError, call, get, paths } from "../api.js";
+import {
+  confirmAction,
+  countCell,
+  fill,
+  h,
+  link,
+  messageHref,
+  number,
+  queueHref,
+  stateBadge,
+  table,
+  utc,
+  when,
+} from "../dom.js";
+import { act, historySection, loadInto, section } from "./parts.js";
+
+const PAGE_SIZE = 25;
+const COUNTS_MILLISECONDS = 5000;
+const STATES = ["all", "ready", "scheduled", "leased"];
+
+export async function queuePage(context) {
+  const { queue } = context.params;
+  const { signal } = context;
+  context.title(queue);
+  context.crumbs([["Queues", "/console/"], [queue]]);
+
+  // The counts and the settings come first: a queue the token may not use is a 403 here,
+  // and the page says so instead of drawing empty sections.
+  const [stats, settings] = await Promise.all([
+    get(paths.queue(queue), { signal }),
+    get(paths.settings(queue), { signal }),
+  ]);
+
+  const counts = h("div", { className: "cards", id: "counts" });
+  const deadLetterLine = h("span", { className: "muted", id: "dead-letter-queue" });
+  // A redrive is offered where dead letters are: in a queue named as one, or once a
+  // message listed here says which queue it was dead-lettered from.
+  const redrive = redriveSection(context);
+  redrive.hidden = !queue.endsWith(".dead");
+  const messages = messagesSection(context, refreshCounts, (deadLetters) => {
+    if (deadLetters) redrive.hidden = false;
+  });
+  const settingsPart = settingsSection(context, settings, refreshCounts);
+
+  function drawCounts(latest) {
+    fill(counts, countCards(latest));
+    const deadLetterQueue = settingsPart.current().dead_letter_queue;
+    fill(deadLetterLine, "dead letters go to ", link(queueHref(deadLetterQueue), deadLetterQueue));
+  }
+
+  async function refreshCounts() {
+    drawCounts(await get(paths.queue(queue), { signal }));
+  }
+
+  fill(
+    context.root,
+    context.notice,
+    h("div", { className: "heading" }, h("h1", { className: "queue-name" }, queue), deadLetterLine),
+    counts,
+    redrive,
+    messages.element,
+    cronSection(context),
+    historySection(context),
+    settingsPart.element,
+    purgeSection(context, () => Promise.all([refreshCounts(), messages.reload()])),
+  );
+  drawCounts(stats);
+  context.every(COUNTS_MILLISECONDS, refreshCounts);
+}
+
+function countCards(stats) {
+  const card = (label, value, name) =>
+    h(
+      "div",
+      { className: "card", "data-count": name },
+      h("div", { className: "label" }, label),
+      h("div", { className: "value" }, value),
+    );
+  return [
+    card("Messages", countCell(stats.messages), "messages"),
+    card("Ready", countCell(stats.ready), "ready"),
+    card("Scheduled", countCell(stats.scheduled), "scheduled"),
+    card("Leased", countCell(stats.leased), "leased"),
+    card("Oldest ready", when(stats.oldest_ready_at), "oldest-ready"),
+    card("Next scheduled", when(stats.next_scheduled_at), "next-scheduled"),
+  ];
+}
+
+/** Ask, then delete `key` from `queue`; true when it is gone (or was already). */
+export async function deleteMessage(context, queue, key) {
+  const confirmed = await confirmAction({
+    title: "Delete this message?",
+    text: `The message “${key}” leaves queue ${queue} for good; a worker holding it can no longer acknowledge it.`,
+    action: "Delete message",
+  });
+  if (!confirmed) return false;
+  try {
+    await call("DELETE", paths.message(queue, key), { signal: context.signal });
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 404)) throw error; // 404: gone already
+  }
+  return true;
+}
+
+function messagesSection(context, refreshCounts, sawDeadLetters) {
+  const { queue } = context.params;
+  let state = STATES.includes(context.query.get("state")) ? context.query.get("state") : "all";
+  let prefix = context.query.get("prefix") || "";
+  let cursors = [null]; // the cursor of each page walked so far; the last is the one shown
+
+  const tabs = h(
+    "div",
+    { className: "tabs", role: "tablist", "aria-label": "Messages by state" },
+    STATES.map((name) =>
+      // The prefix in the box applies, as it reads, whether or not it was searched for.
+      h("button", { type: "button", role: "tab", "data-state": name, onClick: () => show(name, search.value) }, name),
+    ),
+  );
+  const search = h("input", {
+    type: "search",
+    name: "prefix",
+    placeholder: "Key prefix, e.g. user/42/",
+    value: prefix,
+    spellcheck: false,
+    "aria-label": "Key prefix",
+  });
+  const form = h(
+    "form",
+    {
+      className: "search",
+      role: "search",
+      onSubmit: (event) => {
+        event.preventDefault();
+        show(state, search.value);
+      },
+    },
+    search,
+    h("button", { type: "submit" }, "Search"),
+  );
+  const part = section("Messages", "messages", tabs, form);
+  const status = h("div", { role: "status" });
+  const list = h("div");
+  fill(part.body, status, list);
+
+  /** The first page of `newState` messages with keys starting with `newPrefix`. */
+  function show(newState, newPrefix) {
+    state = newState;
+    prefix = newPrefix;
+    cursors = [null];
+    // The state and the prefix are in the address, so a search can be shared.
+    const query = new URLSearchParams();
+    if (state !== "all") query.set("state", state);
+    if (prefix) query.set("prefix", prefix);
+    const rest = query.toString();
+    window.history.replaceState(window.history.state, "", `${queueHref(queue)}${rest ? `?${rest}` : ""}`);
+    return load();
+  }
+
+  function load() {
+    for (const button of tabs.children) {
+      button.setAttribute("aria-selected", String(button.dataset.state === state));
+    }
+    return loadInto(context, list, async () => {
+      const page = await get(paths.messages(queue), {
+        query: { state: state === "all" ? null : state, prefix, limit: PAGE_SIZE, cursor: cursors.at(-1) },
+        signal: context.signal,
+      });
+      sawDeadLetters(page.messages.some((message) => message.dead_lettered_from));
+      return [messageTable(page.messages), pager(page.next)];
+    });
+  }
+
+  function pager(next) {
+    const walk = (change) => () => {
+      change();
+      fill(status);
+      load();
+    };
+    return h(
+      "div",
+      { className: "pager" },
+      h("button", { type: "button", disabled: cursors.length === 1, onClick: walk(() => cursors.pop()) }, "← Previous"),
+      h("span", { className: "muted", id: "page-number" }, `Page ${cursors.length}`),
+      h("button", { type: "button", disabled: !next, onClick: walk(() => cursors.push(next)) }, "Next →"),
+    );
+  }
+
+  function remove(key) {
+    return act(context, status, async () => {
+      if (await deleteMessage(context, queue, key)) {
+        fill(status, h("p", { className: "notice" }, `Deleted the message “${key}”.`));
+        await Promise.all([load(), refreshCounts()]);
+      }
+    });
+  }
+
+  function messageTable(messages) {
+    const rows = messages.map((message) => ({
+      properties: { "data-key": message.key },
+      cells: [
+        link(messageHref(queue, message.key), h("span", { className: "key" }, message.key)),
+        stateBadge(message.state),
+        message.state === "leased" ? ["lease ends ", when(message.scheduled_at)] : when(message.scheduled_at),
+        number(message.deliveries),
+        when(message.created_at),
+        h("button", { type: "button", className: "small danger-text", onClick: () => remove(message.key) }, "Delete"),
+      ],
+    }));
+    const which = state === "all" ? "messages" : `${state} messages`;
+    const empty = prefix
+      ? `No ${which} with keys starting with “${prefix}”.`
+      : `No ${which} in this queue.`;
+    return table(
+      [
+        { label: "Key", name: "key", className: "name" },
+        { label: "State", name: "state" },
+        { label: "Due", name: "due" },
+        { label: "Deliveries", name: "deliveries", className: "number" },
+        { label: "Created", name: "created" },
+        { label: "", name: "actions", className: "actions" },
+      ],
+      rows,
+      empty,
+      "messages",
+    );
+  }
+
+  load();
+  return { element: part.element, reload: load };
+}
+
+function cronSection(context) {
+  const { queue } = context.params;
+  const part = section("Cron entries", "cron");
+  loadInto(context, part.body, async () => {
+    const { entries } = await get(paths.cron(queue), { signal: context.signal });
+    const rows = entries.map((entry) => ({
+      properties: { "data-name": entry.name },
+      cells: [
+        h("span", { className: "key" }, entry.name),
+        schedule(entry),
+        h("ul", { className: "runs" }, entry.next_runs.slice(0, 3).map((run) => h("li", {}, h("time", { dateTime: run, title: run }, utc(run))))),
+        h("code", { className: "payload-preview", title: JSON.stringify(entry.payload) }, preview(entry.payload)),
+      ],
+    }));
+    return table(
+      [
+        { label: "Name", name: "name", className: "name" },
+        { label: "Schedule", name: "schedule" },
+        { label: "Next runs", name: "next-runs" },
+        { label: "Payload", name: "payload" },
+      ],
+      rows,
+      "No cron entries.",
+      "cron",
+    );
+  });
+  return part.element;
+}
+
+function schedule(entry) {
+  let text;
+  if (entry.cron !== null) text = `cron ${entry.cron}`;
+  else if (entry.every !== null) text = `every ${number(entry.every)} s`;
+  else text = `daily at ${entry.daily.join(", ")}`;
+  return [h("code", {}, text), h("span", { className: "muted" }, ` ${entry.timezone}`)];
+}
+
+/** A payload on one line, cut to a glance. */
+function preview(payload) {
+  const text = JSON.stringify(payload);
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+function settingsSection(context, initial, saved) {
+  const { queue } = context.params;
+  let current = initial;
+  const lease = h("input", { type: "number", name: "default_lease", min: 1, max: 43200, step: "any", required: true });
+  const deliveries = h("input", { type: "number", name: "max_deliveries", min: 1, max: 1000, step: 1, placeholder: "no limit" });
+  const deadLetterQueue = h("input", { type: "text", name: "dead_letter_queue", placeholder: `${queue}.dead`, spellcheck: false });
+  const status = h("div", { className: "muted", role: "status", id: "settings-status" });
+  const field = (label, input, hint) =>
+    h("label", { className: "field" }, h("span", {}, label), input, h("small", { className: "muted" }, hint));
+
+  function show(settings) {
+    lease.value = String(settings.default_lease);
+    deliveries.value = settings.max_deliveries === null ? "" : String(settings.max_deliveries);
+    deadLetterQueue.value = settings.dead_letter_queue === `${queue}.dead` ? "" : settings.dead_letter_queue;
+  }
+
+  async function save(event) {
+    event.preventDefault();
+    const confirmed = await confirmAction({
+      title: "Change the settings?",
+      text: `Queue ${queue} gets these settings; a field left empty goes back to its default. Other replicas apply them within 5 seconds.`,
+      action: "Save settings",
+    });
+    if (!confirmed) return;
+    const body = {
+      default_lease: Number(lease.value),
+      max_deliveries: deliveries.value === "" ? null : Number(deliveries.value),
+      dead_letter_queue: deadLetterQueue.value.trim() || null,
+    };
+    await act(context, status, async () => {
+      current = await call("PUT", paths.settings(queue), { body, signal: context.signal });
+      show(current);
+      fill(status, `Saved at ${new Date().toLocaleTimeString()}.`);
+      await saved();
+    });
+  }
+
+  const form = h(
+    "form",
+    { className: "settings", onSubmit: save },
+    field("Default lease (seconds)", lease, "how long a poll that names no lease holds its messages"),
+    field("Max deliveries", deliveries, "after this many, a message due again moves to the dead-letter queue"),
+    field("Dead-letter queue", deadLetterQueue, `empty: ${queue}.dead`),
+    h("div", { className: "actions" }, h("button", { type: "submit", className: "primary" }, "Save settings")),
+  );
+  show(initial);
+  fill(status, initial.updated_at ? `Last changed ${utc(initial.updated_at)}.` : "Never changed: the defaults apply.");
+  const part = section("Settings", "settings");
+  fill(part.body, form, status);
+  return { element: part.element, current: () => current };
+}
+
+function redriveSection(context) {
+  const { queue } = context.params;
+  const status = h("div", { role: "status" });
+  async function redrive() {
+    const confirmed = await confirmAction({
+      title: "Redrive the dead letters?",
+      text: `Every message of ${queue} that no worker holds goes back to the queue it was dead-lettered from, due now.`,
+      action: "Redrive",
+    });
+    if (!confirmed) return;
+    await act(context, status, async () => {
+      const result = await call("POST", paths.redrive(queue), { body: {}, signal: context.signal });
+      const left = [
+        result.skipped ? `left ${number(result.skipped)} whose key the queue they would go back to holds` : null,
+        result.forbidden ? `left ${number(result.forbidden)} bound for queues outside this token's` : null,
+      ].filter(Boolean);
+      // The page again, with the counts and the messages after the move.
+      context.navigate(window.location.pathname + window.location.search, {
+        replace: true,
+        notice: `Redrive: moved ${number(result.moved)}${left.length ? `; ${left.join("; ")}` : ""}.`,
+      });
+    });
+  }
+  const part = section("Dead letters", "redrive");
+  fill(
+    part.body,
+    h("p", {}, "This queue holds dead letters. A redrive moves each back to the queue it came from, due now, its deliveries counted from zero."),
+    h("button", { type: "button", className: "primary", id: "redrive-button", onClick: redrive }, "Redrive dead letters"),
+    status,
+  );
+  return part.element;
+}
+
+function purgeSection(context, purged) {
+  const { queue } = context.params;
+  const status = h("div", { role: "status", id: "purge-status" });
+  const typed = h("input", {
+    type: "text",
+    name: "confirm",
+    placeholder: queue,
+    spellcheck: false,
+    autocomplete: "off",
+    "aria-label": "The queue's name, to confirm",
+    onInput: () => {
+      button.disabled = typed.value !== queue;
+    },
+  });
+  const button = h("button", { type: "submit", className: "danger", id: "purge-button", disabled: true }, "Purge queue");
+  async function purge(event) {
+    event.preventDefault();
+    if (typed.value !== queue) return; // Enter in the field must not pass where the button may not
+    await act(context, status, async () => {
+      const result = await call("DELETE", paths.queue(queue), { query: { confirm: typed.value }, signal: context.signal });
+      typed.value = "";
+      button.disabled = true;
+      fill(status, h("p", { className: "notice" }, `Purged: ${number(result.deleted)} messages deleted.`));
+      await purged();
+    });
+  }
+  const part = section("Purge", "purge");
+  part.element.classList.add("danger-zone");
+  fill(
+    part.body,
+    h(
+      "p",
+      {},
+      "Deletes every message of this queue, ready, scheduled and leased alike. Its cron entries stay, and the cron manager installs their next runs again. Type the queue's name to confirm.",
+    ),
+    h("form", { className: "purge", onSubmit: purge }, typed, button),
+    status,
+  );
+  return part.element;
+}

@@ -1,0 +1,94 @@
+"""Screenshots of the console as a person sees it, at 1280×800: the queues, a queue and a
+message, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
+those in docs/console/), else to a temporary folder."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import VIEWPORT
+from tests.browser.pages import Console, Service, message_path
+from tests.conftest import truncate_all
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", header[16:24])
+
+
+def _seed(service: Service) -> None:
+    """A few queues as a small product would have them: reminders (some leased, a cron
+    entry, some history), emails with dead letters, invoices made by cron."""
+    service.configure("reminders", default_lease=120, max_deliveries=5)
+    for key, user in (("user/4711/renewal", 4711), ("user/5120/welcome-back", 5120)):
+        service.offer("reminders", key, {"user": user, "template": key.split("/")[-1]})
+    service.poll("reminders", max=2, lease=600)
+    service.offer("reminders", "user/777/welcome", {"user": 777, "template": "welcome"})
+    done = service.poll("reminders")
+    assert service.api.delete(f"/v1/queues/reminders/locks/{done['lock_id']}").status_code == 204
+    service.offer("reminders", "user/9/cancelled", {"user": 9})
+    assert service.api.delete("/v1/queues/reminders/messages/user%2F9%2Fcancelled").is_success
+    for key, delay in (
+        ("user/3321/password-expiry", 0),
+        ("user/0815/friday-standup", 0),
+        ("user/2210/weekly-digest", 30 * 60),
+        ("user/1187/invoice-due", 5 * 3600),
+        ("user/1042/trial-ends", 2 * 86400),
+    ):
+        user = int(key.split("/")[1])
+        payload = {
+            "user": user,
+            "template": key.split("/")[-1],
+            "locale": "en-GB",
+            "channels": ["email", "push"],
+            "data": {"plan": "team", "seats": 12, "trial_ends_on": "2026-11-28"},
+        }
+        service.offer("reminders", key, payload, delay=delay)
+    cron = {"payload": {"kind": "digest", "audience": "all"}, "cron": "0 6 * * *"}
+    installed = service.api.put(
+        "/v1/queues/reminders/cron/nightly%2Fdigest", json={**cron, "timezone": "Europe/Berlin"}
+    )
+    assert installed.status_code == 201, installed.text
+
+    service.dead_letter("emails", ["order/1187/receipt", "order/1203/receipt"], {"order": 1187})
+    service.configure("emails", max_deliveries=5)
+    for number in range(1204, 1210):
+        service.offer("emails", f"order/{number}/receipt", {"order": number}, delay=number - 1200)
+
+    monthly = {"payload": {"run": "month-end"}, "cron": "0 2 1 * *", "timezone": "UTC"}
+    installed = service.api.put("/v1/queues/billing.invoices/cron/monthly%2Fclose", json=monthly)
+    assert installed.status_code == 201, installed.text
+
+
+@pytest.mark.parametrize("service", ["sqlite"], indirect=True)
+def test_screenshots_of_the_queues_a_queue_and_a_message(console: Console, screenshots: Path):
+    truncate_all(console.service.database_url)
+    _seed(console.service)
+
+    console.open("/console/")
+    console.find('#queues tr[data-queue="billing.invoices"]')
+    assert set(console.table("#queues table", "data-queue")) == {
+        "billing.invoices",
+        "emails",
+        "emails.dead",
+        "reminders",
+    }
+    console.screenshot(screenshots / "overview.png", VIEWPORT)
+
+    console.open("/console/queues/reminders")
+    for part in ("#messages", "#cron", "#history"):
+        console.settled(part)
+    console.screenshot(screenshots / "queue.png", VIEWPORT)
+
+    console.open(message_path("reminders", "user/1042/trial-ends"))
+    console.settled("#history")
+    assert console.text("#message-key") == "user/1042/trial-ends"
+    console.screenshot(screenshots / "message.png", VIEWPORT)
+
+    for name in ("overview.png", "queue.png", "message.png"):
+        width, height = _png_size(screenshots / name)
+        assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (name, width, height)
