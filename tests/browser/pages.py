@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -41,9 +41,6 @@ WAIT_SECONDS = 15
 _FAILED_LOAD = re.compile(
     r"^(?P<url>\S+) - Failed to load resource: the server responded with a status of (?P<status>\d+)"
 )
-# Until SPEC §8 lands, a server without its list and history answers the console's calls to
-# them with 404 (no route) or 405 (POST …/messages only): those are not the console's faults.
-_SECTION_8_CALL = re.compile(r"^/v1/queues/[^/?]+/(messages|history)\?")
 
 
 @dataclass
@@ -56,11 +53,6 @@ class Service:
     database_url: str
     proxy: TcpProxy | None
     api: httpx.Client
-    has_section_8: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        paths = self.api.get("/openapi.json").json()["paths"]
-        self.has_section_8 = "/v1/queues/{queue}/history" in paths
 
     def offer(self, queue: str, key: str, payload: Any = None, **fields: Any) -> None:
         response = self.api.put(
@@ -266,14 +258,9 @@ class Console:
             if entry["level"] != "SEVERE":
                 continue
             failed = _FAILED_LOAD.match(entry["message"]) if entry["source"] == "network" else None
-            if failed and failed["url"].startswith(f"{self.service.url}/v1/"):
-                status = int(failed["status"])
-                path = failed["url"].removeprefix(self.service.url)
-                if status in self.expected_statuses:
-                    continue
-                awaiting_section_8 = not self.service.has_section_8 and status in (404, 405)
-                if awaiting_section_8 and _SECTION_8_CALL.match(path):
-                    continue
+            ours = failed and failed["url"].startswith(f"{self.service.url}/v1/")
+            if ours and int(failed["status"]) in self.expected_statuses:
+                continue
             problems.append(f"{entry['source']}: {entry['message']}")
         return problems
 

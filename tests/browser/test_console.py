@@ -12,7 +12,6 @@ import pytest
 
 from tests.browser.pages import NOBODYS_TOKEN, TEAM_GLOB, TEAM_TOKEN, Console, message_path
 
-NEEDS_SECTION_8 = pytest.mark.xfail(reason="needs §8 endpoints", strict=False)
 # What the page alone decides (text never read as HTML, confirmations, forms, tokens) is
 # the same on every database, whose side the contract suite covers: one is enough. The
 # rest runs on both (the `service` fixture's params).
@@ -285,7 +284,6 @@ def test_keys_payloads_and_names_are_shown_as_text(console, unique):
 
 
 @PAGE_ONLY
-@NEEDS_SECTION_8
 def test_keys_in_the_message_list_and_history_are_text(console, unique):
     service = console.service
     queue = f"xss-list-{unique}"
@@ -307,7 +305,6 @@ def _listed_keys(console: Console) -> list[str]:
     return [cell.text for cell in console.find_all('#messages td[data-column="key"]')]
 
 
-@NEEDS_SECTION_8
 def test_messages_are_searched_by_key_prefix_and_paged(console, unique):
     service = console.service
     queue = f"paging-{unique}"
@@ -350,7 +347,6 @@ def test_messages_are_searched_by_key_prefix_and_paged(console, unique):
 
 
 @PAGE_ONLY
-@NEEDS_SECTION_8
 def test_a_message_is_deleted_from_the_list(console, unique):
     service = console.service
     queue = f"list-delete-{unique}"
@@ -366,7 +362,6 @@ def test_a_message_is_deleted_from_the_list(console, unique):
     assert service.message_status(queue, "goes") == 404
 
 
-@NEEDS_SECTION_8
 def test_a_message_page_shows_its_history(console, unique):
     service = console.service
     queue = f"history-{unique}"
