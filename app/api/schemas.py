@@ -79,7 +79,8 @@ PageLimit = Annotated[
 Cursor = Annotated[
     str | None,
     Query(
-        max_length=1000,
+        # A key of 200 characters of 4 UTF-8 bytes each, escaped in JSON and base64: ~1.1 KB.
+        max_length=2048,
         description="The `next` of the previous page; omit it for the first page",
     ),
 ]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from app.domain.errors import InvalidCursor
+from app.domain.formats import KEY_PATTERN
 from app.domain.messages import Finish, Message
 
 MAX_PAGE = 500
@@ -39,8 +41,12 @@ class DuePosition:
     never listed twice in one walk, while every message that stayed in place is listed
     once. Times are the service's clock: a message offered or polled in the very
     millisecond the walk began counts as moved, and so may be left to a new walk.
-    Releases and lease extensions stamp no time; a message released or extended
-    during a walk may be listed twice, or not at all."""
+    Releases, lease extensions and a poll's hold of a message past its delivery limit
+    stamp no time; a message moved so during a walk may be listed twice, or not at
+    all. So may one moved by a request that read the time before the walk's first
+    page and wrote after it (a poll that waited for a connection, an offer that
+    waited for a row lock: at most the lock bound), or by a replica whose clock runs
+    behind (docs/decisions/0013)."""
 
     at: int
     id: int
@@ -132,14 +138,15 @@ def decode_cursor(cursor: str, *kinds: type[Position]) -> Position:
         position_type = _KINDS[kind]
         if position_type is KeyPosition:
             (key,) = values
-            if not isinstance(key, str):
+            if not isinstance(key, str) or not re.fullmatch(KEY_PATTERN, key):
                 raise TypeError(key)
+            key.encode()  # a lone surrogate is no key: UnicodeEncodeError
             position: Position = KeyPosition(key)
         else:
-            if not all(type(value) is int for value in values):
+            if not all(type(value) is int and 0 <= value < 2**63 for value in values):
                 raise TypeError(values)
             position = position_type(*values)
-    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError) as error:
+    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeError) as error:
         raise InvalidCursor("the cursor is not one this list handed out") from error
     if not isinstance(position, kinds):
         raise InvalidCursor("the cursor belongs to another kind of list (another order)")

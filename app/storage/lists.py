@@ -97,7 +97,7 @@ class SqlLists:
         fitting = lease_sql.answer_length(sizes, _UNBOUNDED if max_bytes is None else max_bytes)
         more = more or fitting < len(rows)
         rows = rows[:fitting]
-        payloads = self._payloads([row for row in rows if row.payload is None])
+        payloads = self._payloads(queue, [row for row in rows if row.payload is None])
         messages = [
             message_of(queue, row, row.payload if row.payload is not None else payloads[row.id])
             for row in rows
@@ -111,15 +111,15 @@ class SqlLists:
         since = after.since if isinstance(after, DuePosition) else now
         return MessagePage(messages, DuePosition(last.scheduledAt, last.id, since))
 
-    def _payloads(self, rows: Sequence[Any]) -> dict[int, bytes]:
+    def _payloads(self, queue: str, rows: Sequence[Any]) -> dict[int, bytes]:
         """The payloads of `rows` (too large to read with them), by id; a message deleted
-        since has none."""
+        since has none, and one updated since has its new payload (read after its row)."""
         if not rows:
             return {}
         sized = [(row.id, row.payload_bytes) for row in rows]
         return self.runner.read(
             lambda connection: lease_sql.read_payloads(
-                connection, self.dialect.payloads_by_id, sized, {}
+                connection, self.dialect.payloads_by_id, sized, {"queue": queue}
             )
         )
 

@@ -185,7 +185,7 @@ message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)
 # Payloads by id (a list reads those too large to come with its rows after them).
 payloads_by_id = select(columns.id, columns.payload).where(
-    columns.id.in_(bindparam("ids", expanding=True))
+    columns.id.in_(bindparam("ids", expanding=True)), in_queue
 )
 
 # When a queue next has something to deliver (a due message or an ending lease).

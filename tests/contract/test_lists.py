@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,10 @@ from app.domain.pages import DuePosition, KeyPosition, encode_cursor
 from app.main import create_app
 from tests.conftest import START_MS
 from tests.helpers import at, poll, put
+
+
+def _raw_cursor(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
 def page(client: TestClient, queue: str = "q", **query: Any) -> dict[str, Any]:
@@ -119,6 +124,13 @@ def test_a_prefix_lists_its_keys_in_key_order_with_percent_and_underscore_litera
     ]
 
 
+def test_a_walk_by_prefix_through_the_longest_keys(client):
+    longest = ["😀" * 199 + character for character in "abc"]
+    for key in longest:
+        assert put(client, "q", key, 1).status_code == 201
+    assert walk(client, prefix="😀", limit=1) == [[key] for key in longest]
+
+
 def test_prefix_pages_follow_key_order(client):
     for number in range(12):
         put(client, "q", f"user-{number:03}", number, delay=12 - number)  # due order reversed
@@ -172,7 +184,12 @@ def test_a_page_stops_before_its_payloads_pass_the_poll_bound(clean_database, cl
         {"cursor": "W10"},  # "[]"
         {"cursor": encode_cursor(KeyPosition("k"))},  # a prefix list's, without a prefix
         {"cursor": encode_cursor(DuePosition(1, 2, 3)), "prefix": "k"},
-        {"cursor": "x" * 1001},
+        {"cursor": "x" * 2049},
+        {"cursor": _raw_cursor('["k","\\ud800"]'), "prefix": "k"},  # no character
+        {"cursor": encode_cursor(KeyPosition("a\x00")), "prefix": "a"},
+        {"cursor": encode_cursor(KeyPosition("")), "prefix": "a"},
+        {"cursor": encode_cursor(DuePosition(2**63, 1, 1))},
+        {"cursor": encode_cursor(DuePosition(1, -1, 1))},
     ],
 )
 def test_bad_list_requests_are_422_problems(client, query):

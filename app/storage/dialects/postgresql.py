@@ -284,7 +284,7 @@ class PostgreSQLDialect(Dialect):
     )
 
     payloads_by_id = select(sql.columns.id, sql.columns.payload).where(
-        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))), sql.in_queue
     )
     # Byte order whatever the database's collation: the operators of varchar_pattern_ops,
     # the operator class of the index that leads to it (revision 0006).
