@@ -62,29 +62,9 @@ class SqlLists:
         key prefix, every character literal) by key. A page stops early where its
         payloads would pass `max_bytes` (the first message always)."""
         by_key = bool(prefix)
-        statement = _messages_statement(
-            self.dialect.keys_by_bytes,
-            by_key=by_key,
-            state=state,
-            after=after is not None,
-            since=isinstance(after, DuePosition),
-            bounded=by_key and key_prefix_end(prefix or "") is not None,
+        statement, parameters = self.messages_query(
+            queue, state=state, prefix=prefix, after=after, limit=limit, now=now
         )
-        parameters: dict[str, Any] = {
-            "queue": queue,
-            "now": now,
-            "limit": limit + 1,  # one more: whether there is a next page
-            "inline_payload_bytes": _INLINE_BYTES // (limit + 1),
-        }
-        if by_key:
-            assert prefix is not None
-            parameters["low"] = prefix
-            if (end := key_prefix_end(prefix)) is not None:
-                parameters["high"] = end
-        if isinstance(after, DuePosition):
-            parameters |= {"after_at": after.at, "after_id": after.id, "since": after.since}
-        elif isinstance(after, KeyPosition):
-            parameters["after_key"] = after.key
 
         def read(connection: Connection) -> Sequence[Any]:
             return connection.execute(statement, parameters).all()
@@ -110,6 +90,44 @@ class SqlLists:
         since = after.since if isinstance(after, DuePosition) else now
         return MessagePage(messages, DuePosition(last.scheduledAt, last.id, since))
 
+    def messages_query(
+        self,
+        queue: str,
+        *,
+        state: ListState = ListState.ALL,
+        prefix: str | None = None,
+        after: DuePosition | KeyPosition | None = None,
+        limit: int,
+        now: int,
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        """The SELECT of `messages`' page and its parameters (one row more than `limit`:
+        whether there is a next page); bench/lists.py explains it."""
+        by_key = bool(prefix)
+        statement = _messages_statement(
+            self.dialect.keys_by_bytes,
+            by_key=by_key,
+            state=state,
+            after=after is not None,
+            since=isinstance(after, DuePosition),
+            bounded=by_key and key_prefix_end(prefix or "") is not None,
+        )
+        parameters: dict[str, Any] = {
+            "queue": queue,
+            "now": now,
+            "limit": limit + 1,  # one more: whether there is a next page
+            "inline_payload_bytes": _INLINE_BYTES // (limit + 1),
+        }
+        if by_key:
+            assert prefix is not None
+            parameters["low"] = prefix
+            if (end := key_prefix_end(prefix)) is not None:
+                parameters["high"] = end
+        if isinstance(after, DuePosition):
+            parameters |= {"after_at": after.at, "after_id": after.id, "since": after.since}
+        elif isinstance(after, KeyPosition):
+            parameters["after_key"] = after.key
+        return statement, parameters
+
     def _payloads(self, rows: Sequence[Any]) -> dict[int, bytes]:
         """The payloads of `rows` (too large to read with them), by id; a message deleted
         since has none."""
@@ -133,16 +151,9 @@ class SqlLists:
     ) -> HistoryPage:
         """Up to `limit` history rows of `queue` (of one key, of one outcome), newest first,
         older than `before`."""
-        statement = _history_statement(
-            key=key is not None, outcome=outcome is not None, before=before is not None
+        statement, parameters = self.history_query(
+            queue, key=key, outcome=outcome, before=before, limit=limit
         )
-        parameters: dict[str, Any] = {"queue": queue, "limit": limit + 1}
-        if key is not None:
-            parameters["key"] = key
-        if outcome is not None:
-            parameters["outcome"] = outcome.value
-        if before is not None:
-            parameters |= {"before_at": before.finished_at, "before_id": before.id}
 
         def read(connection: Connection) -> Sequence[Any]:
             return connection.execute(statement, parameters).all()
@@ -166,6 +177,28 @@ class SqlLists:
         ]
         after = HistoryPosition(rows[-1].finishedAt, rows[-1].id) if more else None
         return HistoryPage(entries, after)
+
+    def history_query(
+        self,
+        queue: str,
+        *,
+        key: str | None = None,
+        outcome: Finish | None = None,
+        before: HistoryPosition | None = None,
+        limit: int,
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        """The SELECT of `history`'s page and its parameters (one row more than `limit`)."""
+        statement = _history_statement(
+            key=key is not None, outcome=outcome is not None, before=before is not None
+        )
+        parameters: dict[str, Any] = {"queue": queue, "limit": limit + 1}
+        if key is not None:
+            parameters["key"] = key
+        if outcome is not None:
+            parameters["outcome"] = outcome.value
+        if before is not None:
+            parameters |= {"before_at": before.finished_at, "before_id": before.id}
+        return statement, parameters
 
 
 @cache
