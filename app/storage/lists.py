@@ -11,7 +11,18 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import BigInteger, String, and_, bindparam, case, func, or_, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    String,
+    Table,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -30,6 +41,7 @@ from app.domain.pages import (
 from app.storage import lease_sql, sql
 from app.storage.dialects import Dialect
 from app.storage.runner import Runner
+from app.storage.tables import delayed_queue, delivery_history
 
 columns = sql.columns
 history = sql.history
@@ -105,6 +117,7 @@ class SqlLists:
         by_key = bool(prefix)
         statement = _messages_statement(
             self.dialect.keys_by_bytes,
+            self.dialect.list_reads,
             by_key=by_key,
             state=state,
             after=after is not None,
@@ -189,7 +202,10 @@ class SqlLists:
     ) -> tuple[Select[Any], dict[str, Any]]:
         """The SELECT of `history`'s page and its parameters (one row more than `limit`)."""
         statement = _history_statement(
-            key=key is not None, outcome=outcome is not None, before=before is not None
+            self.dialect.list_reads,
+            key=key is not None,
+            outcome=outcome is not None,
+            before=before is not None,
         )
         parameters: dict[str, Any] = {"queue": queue, "limit": limit + 1}
         if key is not None:
@@ -204,6 +220,7 @@ class SqlLists:
 @cache
 def _messages_statement(
     keys: sql.KeyOrder,
+    reads: sql.ListReads,
     *,
     by_key: bool,
     state: ListState,
@@ -211,8 +228,9 @@ def _messages_statement(
     since: bool,
     bounded: bool,
 ) -> Select[Any]:
-    """The page's SELECT: `keys` compare and sort keys in byte order (the dialect's); the rest
-    says which conditions the page has. Built once per combination."""
+    """The page's SELECT: `keys` compare and sort keys in byte order and `reads` help the
+    planner (the dialect's); the rest says which conditions the page has. Built once
+    per combination."""
     conditions: list[ColumnElement[bool]] = [columns.pKind == bindparam("queue")]
     if by_key:
         # The keys with the prefix are one range (key_prefix_end): no LIKE, so `%` and
@@ -225,8 +243,11 @@ def _messages_statement(
         order: tuple[Any, ...] = (keys.ascending,)
     else:
         if after:
-            position = tuple_(bindparam("after_at", type_=BigInteger), bindparam("after_id"))
-            conditions.append(tuple_(columns.scheduledAt, columns.id) > position)
+            position: tuple[Any, Any] = (
+                bindparam("after_at", type_=BigInteger),
+                bindparam("after_id"),
+            )
+            conditions.append(_after(reads, (columns.scheduledAt, columns.id), position))
         if since:
             # Offered or polled since the walk began: moved, listed already or to be
             # listed by a new walk (DuePosition).
@@ -246,7 +267,7 @@ def _messages_statement(
     elif state is ListState.LEASED:
         conditions.append(and_(~due, columns.lockUuid.is_not(None)))
     payload_bytes = func.length(columns.payload)
-    return (
+    statement = (
         select(
             columns.id,
             columns.pKey,
@@ -265,10 +286,17 @@ def _messages_statement(
         .order_by(*order)
         .limit(bindparam("limit"))
     )
+    # Leased messages are few, as a rule: the planner may rather read them by "lockUuid"
+    # and sort them (revision 0004's index), so that page names no index.
+    if reads.forced and state is not ListState.LEASED:
+        statement = _forcing(statement, delayed_queue, _KEY_INDEX if by_key else _DUE_INDEX)
+    return statement
 
 
 @cache
-def _history_statement(*, key: bool, outcome: bool, before: bool) -> Select[Any]:
+def _history_statement(
+    reads: sql.ListReads, *, key: bool, outcome: bool, before: bool
+) -> Select[Any]:
     """A history page's SELECT, newest first; built once per combination of filters."""
     conditions: list[ColumnElement[bool]] = [history.queue == bindparam("queue")]
     if key:
@@ -276,9 +304,12 @@ def _history_statement(*, key: bool, outcome: bool, before: bool) -> Select[Any]
     if outcome:
         conditions.append(history.outcome == bindparam("outcome"))
     if before:
-        position = tuple_(bindparam("before_at", type_=BigInteger), bindparam("before_id"))
-        conditions.append(tuple_(history.finishedAt, history.id) < position)
-    return (
+        position: tuple[Any, Any] = (
+            bindparam("before_at", type_=BigInteger),
+            bindparam("before_id"),
+        )
+        conditions.append(_after(reads, (history.finishedAt, history.id), position, newest=True))
+    statement = (
         select(
             history.id,
             history.key,
@@ -294,6 +325,43 @@ def _history_statement(*, key: bool, outcome: bool, before: bool) -> Select[Any]
         .order_by(history.finishedAt.desc(), history.id.desc())
         .limit(bindparam("limit"))
     )
+    if reads.forced:
+        index = _HISTORY_KEY_INDEX if key else _HISTORY_OUTCOME_INDEX if outcome else _HISTORY_INDEX
+        statement = _forcing(statement, delivery_history, index)
+    return statement
+
+
+# The indexes that lead to each page (revision 0006), named where the dialect must.
+_DUE_INDEX = "delayed_queue__kind_scheduled_at_id_idx"
+_KEY_INDEX = "delayed_queue__kind_key_idx"
+_HISTORY_INDEX = "delivery_history__queue_finished_at_id_idx"
+_HISTORY_KEY_INDEX = "delivery_history__queue_key_finished_at_id_idx"
+_HISTORY_OUTCOME_INDEX = "delivery_history__queue_outcome_finished_at_id_idx"
+
+
+def _after(
+    reads: sql.ListReads,
+    pair: tuple[ColumnElement[Any], ColumnElement[Any]],
+    position: tuple[Any, Any],
+    *,
+    newest: bool = False,
+) -> ColumnElement[bool]:
+    """The rows after `position` in the order of `pair` (ascending; descending when
+    `newest`): a row comparison, or written out where the dialect's planner reads no
+    range from one (sql.ListReads)."""
+    (first, second), (at, at_id) = pair, position
+    if not reads.expanded:
+        rows, bound = tuple_(first, second), tuple_(at, at_id)
+        return rows < bound if newest else rows > bound
+    if newest:
+        return or_(first < at, and_(first == at, second < at_id))
+    return or_(first > at, and_(first == at, second > at_id))
+
+
+def _forcing(statement: Select[Any], table: Table, index: str) -> Select[Any]:
+    """`statement` reading `table` by `index` only (MariaDB's FORCE INDEX; sql.ListReads)."""
+    assert index in {found.name for found in table.indexes}, index
+    return statement.with_hint(table, f"FORCE INDEX ({index})")
 
 
 def _message(queue: str, row: Any, payload: bytes) -> Message:

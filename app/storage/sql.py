@@ -204,6 +204,22 @@ class KeyOrder:
     ascending: Any = columns.pKey
 
 
+@dataclass(frozen=True)
+class ListReads:
+    """What a list's page tells a planner that cannot find its index alone (MariaDB's).
+
+    `expanded`: "(a, b) > (x, y)" is written out as "a > x OR (a = x AND b > y)",
+    which the optimizer reads as a range of ("pKind", a, b); a row comparison it
+    reads as no range at all, so a page after a cursor read the queue from its
+    start. `forced`: the page names the index that leads to it (FORCE INDEX),
+    whose range it then reads; left to itself the optimizer may read the queue by
+    "pKind" alone (ref) whenever the page's range looks as large as the queue, and
+    so read every row before the page. Both measured in decision 13."""
+
+    expanded: bool = False
+    forced: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class EntryRuns:
     """The statements over one cron entry's runs (of one configuration, or of all)."""
