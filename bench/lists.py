@@ -74,6 +74,7 @@ DAY_MS = 86_400_000
 PAYLOAD = b'{"customer": "c007", "amount": 1250, "currency": "EUR", "note": "about 100 bytes"}'
 PREFIX = "c007/"  # 1,000 keys in either database (see _key_groups)
 NO_PREFIX = "c007/5x"  # between two keys: none has it
+WIDE_PREFIX = "c"  # every key of the queue
 HISTORY_KEY = "c007/0000007"  # ten rows in either database
 CHUNK = 200_000  # rows per INSERT … SELECT
 
@@ -318,8 +319,10 @@ def cases(engine: Engine, queue: str, filled: Filled, since: int) -> list[Case]:
             {"queue": QUEUE},
         ).one()
         finished = HistoryPosition(row.at, row.id)
-    # The middle key with the prefix: `c007/` then the 500th of its 1,000 numbers.
+    # The middle key with the prefix: `c007/` then the 500th of its 1,000 numbers; and
+    # the middle of every key.
     prefixed = KeyPosition(f"{PREFIX}{7 + groups * 500:07d}")
+    halfway = KeyPosition(f"c{groups // 2:03d}/")
 
     def messages(label: str, cursor: Any = None, **arguments: Any) -> Case:
         state = arguments.get("state", ListState.ALL)
@@ -360,6 +363,11 @@ def cases(engine: Engine, queue: str, filled: Filled, since: int) -> list[Case]:
         messages(f"prefix `{PREFIX}` (1,000 keys), first page", prefix=PREFIX),
         messages(f"prefix `{PREFIX}`, from its middle (cursor)", prefixed, prefix=PREFIX),
         messages(f"prefix `{NO_PREFIX}` (no key)", prefix=NO_PREFIX),
+        messages(
+            f"prefix `{WIDE_PREFIX}` (every key), from the middle (cursor)",
+            halfway,
+            prefix=WIDE_PREFIX,
+        ),
         history("history, first page"),
         history("history, from the middle (cursor)", finished),
         history(f"history of key `{HISTORY_KEY}` (10 rows)", key=HISTORY_KEY),
@@ -514,6 +522,8 @@ def explain(target: Target) -> str:
     due = by_label["by due time, from the middle (cursor)"].arguments["after"]
     prefixed = by_label[f"prefix `{PREFIX}`, from its middle (cursor)"].arguments["after"]
     finished = by_label["history, from the middle (cursor)"].arguments["before"]
+    halfway = by_label[f"prefix `{WIDE_PREFIX}` (every key), from the middle (cursor)"]
+    halfway = halfway.arguments["after"]
     lists = store.lists
     statements: list[tuple[str, tuple[Select[Any], dict[str, Any]]]] = [
         ("Due order, first page", lists.messages_query(QUEUE, limit=PAGE, now=now)),
@@ -537,6 +547,14 @@ def explain(target: Target) -> str:
         (
             f"Prefix `{PREFIX}` after a cursor",
             lists.messages_query(QUEUE, prefix=PREFIX, after=prefixed, limit=PAGE, now=now),
+        ),
+        (
+            f"Prefix `{WIDE_PREFIX}` (every key) after a cursor in the middle",
+            lists.messages_query(QUEUE, prefix=WIDE_PREFIX, after=halfway, limit=PAGE, now=now),
+        ),
+        (
+            f"Prefix `{PREFIX}`, `state=leased`",
+            lists.messages_query(QUEUE, prefix=PREFIX, state=ListState.LEASED, limit=PAGE, now=now),
         ),
         ("History, first page", lists.history_query(QUEUE, limit=PAGE)),
         (

@@ -22,6 +22,7 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
+    union_all,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
@@ -242,7 +243,7 @@ def _messages_statement(
             conditions.append(keys.after(bindparam("after_key", type_=String)))
         order: tuple[Any, ...] = (keys.ascending,)
     else:
-        if after:
+        if after and not reads.split:
             position: tuple[Any, Any] = (
                 bindparam("after_at", type_=BigInteger),
                 bindparam("after_id"),
@@ -290,7 +291,22 @@ def _messages_statement(
     # and sort them (revision 0004's index), so that page names no index.
     if reads.forced and state is not ListState.LEASED:
         statement = _forcing(statement, delayed_queue, _KEY_INDEX if by_key else _DUE_INDEX)
+    if after and not by_key and reads.split:
+        statement = _split_at_the_cursor(statement)
     return statement
+
+
+def _split_at_the_cursor(page: Select[Any]) -> Select[Any]:
+    """`page` (by due time, without its cursor's condition) after the cursor, read as two
+    ranges (sql.ListReads.split): the rest of the cursor's millisecond by id, then the
+    later ones; the first `limit` rows of both."""
+    at = bindparam("after_at", type_=BigInteger)
+    at_id: Any = bindparam("after_id")
+    ties = page.where(columns.scheduledAt == at, columns.id > at_id).order_by(None)
+    first = ties.order_by(columns.id).subquery("ties")
+    later = page.where(columns.scheduledAt > at).subquery("later")
+    both = union_all(select(first), select(later)).subquery("page")
+    return select(both).order_by(both.c.scheduledAt, both.c.id).limit(bindparam("limit"))
 
 
 @cache

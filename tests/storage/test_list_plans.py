@@ -138,6 +138,14 @@ def _seeks_into_the_queue(name: str, plan: str) -> bool:
     return any(marker in line and " AND " in line for line in plan.splitlines())
 
 
+# A page after a cursor in due order seeks the cursor's (scheduledAt, id), not its
+# millisecond only: many messages may be due in one (an import at 09:00).
+_SEEKS_THE_ID = {
+    "postgresql": 'ROW("scheduledAt", id) >',
+    "sqlite": "scheduledAt=? AND id>?",
+}
+
+
 def test_every_page_reads_the_index_that_leads_to_it(full_store):
     name = full_store.dialect.name
     for what, index, (query, parameters) in _pages(full_store):
@@ -145,3 +153,5 @@ def test_every_page_reads_the_index_that_leads_to_it(full_store):
         assert index in plan, (what, plan)
         if what.endswith("after") or what in ("ready", "scheduled"):
             assert _seeks_into_the_queue(name, plan), (what, plan)
+        if what in ("due, after", "scheduled, after") and name in _SEEKS_THE_ID:
+            assert _SEEKS_THE_ID[name] in plan, (what, plan)
