@@ -503,7 +503,13 @@ def _compile_explain(element: _Explain, compiler: Any, **options: Any) -> str:
 def _plan(connection: Connection, query: Select[Any], parameters: dict[str, Any]) -> str:
     result = connection.execute(_Explain(query), parameters)
     if connection.dialect.name == "postgresql":
-        return "\n".join(row[0] for row in result)
+        # Trimmed: the planner's own buffers (catalog reads), not the page's.
+        lines = [row[0] for row in result]
+        return "\n".join(
+            line
+            for number, line in enumerate(lines)
+            if line != "Planning:" and not (number and lines[number - 1] == "Planning:")
+        )
     names = list(result.keys())
     keep = ["id", "select_type", "table", "type", "key", "key_len", "ref", "rows", "r_rows"]
     keep += ["filtered", "r_filtered", "Extra"]

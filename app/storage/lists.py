@@ -244,11 +244,7 @@ def _messages_statement(
         order: tuple[Any, ...] = (keys.ascending,)
     else:
         if after and not reads.split:
-            position: tuple[Any, Any] = (
-                bindparam("after_at", type_=BigInteger),
-                bindparam("after_id"),
-            )
-            conditions.append(_after(reads, (columns.scheduledAt, columns.id), position))
+            conditions.append(_after(reads, _DUE_ORDER, _AFTER))
         if since:
             # Offered or polled since the walk began: moved, listed already or to be
             # listed by a new walk (DuePosition).
@@ -292,21 +288,34 @@ def _messages_statement(
     if reads.forced and state is not ListState.LEASED:
         statement = _forcing(statement, delayed_queue, _KEY_INDEX if by_key else _DUE_INDEX)
     if after and not by_key and reads.split:
-        statement = _split_at_the_cursor(statement)
+        statement = _split_at_the_cursor(statement, _DUE_ORDER, _AFTER)
     return statement
 
 
-def _split_at_the_cursor(page: Select[Any]) -> Select[Any]:
-    """`page` (by due time, without its cursor's condition) after the cursor, read as two
-    ranges (sql.ListReads.split): the rest of the cursor's millisecond by id, then the
-    later ones; the first `limit` rows of both."""
-    at = bindparam("after_at", type_=BigInteger)
-    at_id: Any = bindparam("after_id")
-    ties = page.where(columns.scheduledAt == at, columns.id > at_id).order_by(None)
-    first = ties.order_by(columns.id).subquery("ties")
-    later = page.where(columns.scheduledAt > at).subquery("later")
-    both = union_all(select(first), select(later)).subquery("page")
-    return select(both).order_by(both.c.scheduledAt, both.c.id).limit(bindparam("limit"))
+def _split_at_the_cursor(
+    page: Select[Any],
+    pair: tuple[ColumnElement[Any], ColumnElement[Any]],
+    position: tuple[Any, Any],
+    *,
+    newest: bool = False,
+) -> Select[Any]:
+    """`page` (ordered by `pair`, ascending or `newest` first, without its cursor's
+    condition) after `position`, read as two ranges (sql.ListReads.split): the rest
+    of the position's first value by the second, then the values after it; the
+    first `limit` rows of both."""
+    (first, second), (at, at_id) = pair, position
+    if newest:
+        ties = page.where(first == at, second < at_id).order_by(None).order_by(second.desc())
+        beyond = page.where(first < at)
+    else:
+        ties = page.where(first == at, second > at_id).order_by(None).order_by(second)
+        beyond = page.where(first > at)
+    both = union_all(select(ties.subquery("ties")), select(beyond.subquery("beyond")))
+    rows = both.subquery("page")
+    order: list[Any] = [rows.c[str(column.key)] for column in (first, second)]
+    if newest:
+        order = [column.desc() for column in order]
+    return select(rows).order_by(*order).limit(bindparam("limit"))
 
 
 @cache
@@ -319,12 +328,8 @@ def _history_statement(
         conditions.append(history.key == bindparam("key"))
     if outcome:
         conditions.append(history.outcome == bindparam("outcome"))
-    if before:
-        position: tuple[Any, Any] = (
-            bindparam("before_at", type_=BigInteger),
-            bindparam("before_id"),
-        )
-        conditions.append(_after(reads, (history.finishedAt, history.id), position, newest=True))
+    if before and not reads.split:
+        conditions.append(_after(reads, _HISTORY_ORDER, _BEFORE, newest=True))
     statement = (
         select(
             history.id,
@@ -344,7 +349,16 @@ def _history_statement(
     if reads.forced:
         index = _HISTORY_KEY_INDEX if key else _HISTORY_OUTCOME_INDEX if outcome else _HISTORY_INDEX
         statement = _forcing(statement, delivery_history, index)
+    if before and reads.split:
+        statement = _split_at_the_cursor(statement, _HISTORY_ORDER, _BEFORE, newest=True)
     return statement
+
+
+# A page's order, and its cursor's position as bound parameters.
+_DUE_ORDER: tuple[ColumnElement[Any], ColumnElement[Any]] = (columns.scheduledAt, columns.id)
+_HISTORY_ORDER: tuple[ColumnElement[Any], ColumnElement[Any]] = (history.finishedAt, history.id)
+_AFTER: tuple[Any, Any] = (bindparam("after_at", type_=BigInteger), bindparam("after_id"))
+_BEFORE: tuple[Any, Any] = (bindparam("before_at", type_=BigInteger), bindparam("before_id"))
 
 
 # The indexes that lead to each page (revision 0006), named where the dialect must.

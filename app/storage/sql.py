@@ -214,11 +214,11 @@ class ListReads:
     start. `forced`: the page names the index that leads to it (FORCE INDEX),
     whose range it then reads; left to itself the optimizer may read the queue by
     "pKind" alone (ref) whenever the page's range looks as large as the queue, and
-    so read every row before the page. `split` (SQLite's): a page after a cursor in
-    due order is read as two ranges, the rest of the cursor's millisecond by id and
-    the later milliseconds; SQLite seeks a row comparison by its first column only,
-    so a page from the middle of many messages due in one millisecond read every
-    one before it. All measured in decision 13."""
+    so read every row before the page. `split` (SQLite's): a page after a cursor is
+    read as two ranges, the rest of the cursor's millisecond by id and the
+    milliseconds beyond it; SQLite seeks a row comparison by its first column only,
+    so a page from the middle of many messages due in one millisecond (or history
+    rows of one purge) read every one before it. All measured in decision 13."""
 
     expanded: bool = False
     forced: bool = False

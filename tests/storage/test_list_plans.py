@@ -138,11 +138,13 @@ def _seeks_into_the_queue(name: str, plan: str) -> bool:
     return any(marker in line and " AND " in line for line in plan.splitlines())
 
 
-# A page after a cursor in due order seeks the cursor's (scheduledAt, id), not its
-# millisecond only: many messages may be due in one (an import at 09:00).
+# A page after a cursor seeks the cursor's (time, id), not its millisecond only: many
+# messages may be due in one (an import at 09:00), many rows finish in one (a purge).
 _SEEKS_THE_ID = {
-    "postgresql": 'ROW("scheduledAt", id) >',
-    "sqlite": "scheduledAt=? AND id>?",
+    ("postgresql", "due"): 'ROW("scheduledAt", id) >',
+    ("sqlite", "due"): "scheduledAt=? AND id>?",
+    ("postgresql", "history"): 'ROW("finishedAt", id) <',
+    ("sqlite", "history"): "finishedAt=? AND id<?",
 }
 
 
@@ -153,5 +155,6 @@ def test_every_page_reads_the_index_that_leads_to_it(full_store):
         assert index in plan, (what, plan)
         if what.endswith("after") or what in ("ready", "scheduled"):
             assert _seeks_into_the_queue(name, plan), (what, plan)
-        if what in ("due, after", "scheduled, after") and name in _SEEKS_THE_ID:
-            assert _SEEKS_THE_ID[name] in plan, (what, plan)
+        order = "history" if what.startswith("history") else "due"
+        if what.endswith("after") and (name, order) in _SEEKS_THE_ID and "prefix" not in what:
+            assert _SEEKS_THE_ID[name, order] in plan, (what, plan)
