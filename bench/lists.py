@@ -4,15 +4,16 @@ rows cost, whatever the queue's size (SPEC §8, issue 16)?
 
     python -m bench.lists                       # PostgreSQL, 200 requests a case, ~5 minutes
     python -m bench.lists --database-url mariadb://root@127.0.0.1:3306/hourglass_bench_lists
-    python -m bench.lists --explain             # each list statement's plan on the full queue
-    python -m bench.lists --quick               # 10,000 messages, 20 requests: does it run?
+    python -m bench.lists --explain             # each list statement's plan (decision 13)
+    python -m bench.lists --quick --drop        # 10,000 messages, 20 requests: does it run?
 
 Two databases: `<name>` holds queue `orders` with --messages messages and as many
 history rows, and queue `other` with a fifth of that (and a tenth in history);
 `<name>_small` holds the same with 10,000 messages. Both are filled once with
 INSERT … SELECT on the server (generate_series, or MariaDB's seq_1_to_N), analysed,
-and kept: a later run reuses them (--refill builds them anew). In `orders`, by due
-time: 30% due in the last minutes (ready), 10% due within the next day, 40% due
+and kept: a later run reuses them (--refill builds them anew, --drop drops them at
+the end). In `orders`, by due
+time: 30% due in the last minutes (ready), 10% due in the next minutes, 40% due
 in one millisecond a week ahead (an import at 09:00), 20% after it, and 20
 messages leased until nine days ahead (behind every other message in due order);
 keys are `cNNN/NNNNNNN` (with `c007/` a prefix of 1,000 keys in both databases).
@@ -241,25 +242,32 @@ def _filled(url: str) -> Filled | None:
     return None if row is None else Filled(row.messages, row.filled_at)
 
 
+def _drop(url: str, *, create: bool = False) -> None:
+    """Drop the database `url` names, and create it anew when asked."""
+    admin = _admin(url)
+    quoted = admin.dialect.identifier_preparer.quote_identifier(make_url(url).database)
+    force = " WITH (FORCE)" if _backend(url) == "postgresql" else ""
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {quoted}{force}"))
+            if create:
+                connection.execute(text(f"CREATE DATABASE {quoted}"))
+    finally:
+        admin.dispose()
+
+
 def prepare(url: str, messages: int, *, refill: bool) -> Filled:
     """The database `url` names, filled with `messages` messages: kept from a run
     before when it holds as many, built anew otherwise."""
     if not refill and (filled := _filled(url)) is not None and filled.messages == messages:
         return filled
-    admin = _admin(url)
-    name = make_url(url).database
-    quoted = admin.dialect.identifier_preparer.quote_identifier(name)
-    force = " WITH (FORCE)" if _backend(url) == "postgresql" else ""
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {quoted}{force}"))
-            connection.execute(text(f"CREATE DATABASE {quoted}"))
-    finally:
-        admin.dispose()
+    _drop(url, create=True)
     upgrade_to_head(url)
     started = time.perf_counter()
     filled = _fill(url, messages)
-    print(f"filled {name}: {messages:,} messages in {time.perf_counter() - started:.0f} s")
+    print(
+        f"filled {make_url(url).database}: {messages:,} messages in {time.perf_counter() - started:.0f} s"
+    )
     return filled
 
 
@@ -602,6 +610,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--explain", action="store_true", help="print the plans, time nothing")
     parser.add_argument("--no-http", action="store_true", help="time through the store only")
     parser.add_argument("--quick", action="store_true", help="10,000 messages, 20 rounds")
+    parser.add_argument("--drop", action="store_true", help="drop both databases at the end")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.rounds = SMALL_MESSAGES, 20
@@ -622,15 +631,21 @@ def main(argv: list[str] | None = None) -> None:
             target.cases = cases(engine, target.queue, target.filled, since)
         finally:
             engine.dispose()
-    if args.explain:
-        print(explain(targets[0]))
-        return
-    counts = rows_per_page(targets)
-    backend = _backend(url)
-    print(table(f"{backend}, through the store", targets, time_store(targets, args.rounds), counts))
-    if not args.no_http:
-        print()
-        print(table(f"{backend}, over HTTP", targets, time_http(targets, args.rounds), counts))
+    try:
+        if args.explain:
+            print(explain(targets[0]))
+            return
+        counts = rows_per_page(targets)
+        backend = _backend(url)
+        store_figures = time_store(targets, args.rounds)
+        print(table(f"{backend}, through the store", targets, store_figures, counts))
+        if not args.no_http:
+            print()
+            print(table(f"{backend}, over HTTP", targets, time_http(targets, args.rounds), counts))
+    finally:
+        if args.drop:
+            for dropped in (url, small_url):
+                _drop(dropped)
 
 
 if __name__ == "__main__":

@@ -206,7 +206,8 @@ class KeyOrder:
 
 @dataclass(frozen=True)
 class ListReads:
-    """What a list's page tells a planner that cannot find its index alone (MariaDB's).
+    """What a list's page tells a planner that cannot find its index alone (MariaDB's,
+    SQLite's).
 
     `expanded`: "(a, b) > (x, y)" is written out as "a > x OR (a = x AND b > y)",
     which the optimizer reads as a range of ("pKind", a, b); a row comparison it
