@@ -205,6 +205,28 @@ class KeyOrder:
     ascending: Any = columns.pKey
 
 
+@dataclass(frozen=True)
+class ListReads:
+    """What a list's page tells a planner that cannot find its index alone (MariaDB's,
+    SQLite's).
+
+    `expanded`: "(a, b) > (x, y)" is written out as "a > x OR (a = x AND b > y)",
+    which the optimizer reads as a range of ("pKind", a, b); a row comparison it
+    reads as no range at all, so a page after a cursor read the queue from its
+    start. `forced`: the page names the index that leads to it (FORCE INDEX),
+    whose range it then reads; left to itself the optimizer may read the queue by
+    "pKind" alone (ref) whenever the page's range looks as large as the queue, and
+    so read every row before the page. `split` (SQLite's): a page after a cursor is
+    read as two ranges, the rest of the cursor's millisecond by id and the
+    milliseconds beyond it; SQLite seeks a row comparison by its first column only,
+    so a page from the middle of many messages due in one millisecond (or history
+    rows of one purge) read every one before it. All measured in decision 13."""
+
+    expanded: bool = False
+    forced: bool = False
+    split: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class EntryRuns:
     """The statements over one cron entry's runs (of one configuration, or of all)."""

@@ -130,8 +130,16 @@ delivery_history = Table(
     Column("outcome", String(16), nullable=False),
     Column("finishedAt", BigInteger, nullable=False),
     Index("delivery_history__finished_at_id_idx", "finishedAt", "id"),
-    # A queue's history, newest first, of every key or of one (revision 0006).
+    # A queue's history, newest first, of every key, of one key, or of one outcome
+    # (revision 0006).
     Index("delivery_history__queue_finished_at_id_idx", "queue", "finishedAt", "id"),
     Index("delivery_history__queue_key_finished_at_id_idx", "queue", "key", "finishedAt", "id"),
+    Index(
+        "delivery_history__queue_outcome_finished_at_id_idx",
+        "queue",
+        "outcome",
+        "finishedAt",
+        "id",
+    ),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

@@ -94,3 +94,25 @@ def test_the_cron_uninstall_benchmark_runs_on_both_servers():
         for queue in ("empty queue", "10,000 other messages", "10,000 runs of another entry")
     ]
     assert all(float(row[3]) > 0 for row in rows)
+
+
+@pytest.mark.server_databases
+@pytest.mark.parametrize("server", ["postgresql", "mariadb"])
+def test_the_list_benchmark_times_every_page_and_explains_every_statement(server):
+    with scratch_database(server, "lists") as url:
+        plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        plans = _bench("lists", "--database-url", plain_url, "--explain")
+        printed = _bench("lists", "--database-url", plain_url, "--drop")
+    tables = printed.strip().split("\n\n")
+    assert [table.splitlines()[0].split(" | ")[0] for table in tables] == [
+        f"| {server}, through the store",
+        f"| {server}, over HTTP",
+    ]
+    for table in tables:
+        rows = [line.split(" | ") for line in table.splitlines()[2:]]
+        assert len(rows) == 13
+        # The same page of the two queues: the same rows, 50 or what the filter finds.
+        assert all(row[1] in ("50 / 50", "20 / 20", "10 / 10", "0 / 0") for row in rows), rows
+        assert all(float(row[-1].rstrip(" |")) > 0 for row in rows)
+    assert plans.count("```") == 2 * 13  # 13 statements, a code block each
+    assert ("Index Scan" if server == "postgresql" else "type=range") in plans

@@ -111,6 +111,8 @@ class Dialect:
     # The key column compared and sorted in byte order (UTF-8 bytes, or code points: the
     # same order), as lists by key prefix read it; an index leads to it (revision 0006).
     keys_by_bytes: sql.KeyOrder = sql.KeyOrder()
+    # How a list's page shows its planner the index that leads to it (sql.ListReads).
+    list_reads: sql.ListReads = sql.ListReads()
     # A cron entry's runs, read and deleted as one range of keys in byte order.
     entry_runs: sql.EntryRuns = sql.runs
     # The largest statement the server takes, where it has a limit (bytes, roughly).
