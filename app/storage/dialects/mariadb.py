@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Select, Table, bindparam, event, func, select
+from sqlalchemy import Select, Table, bindparam, delete, event, func, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -288,8 +288,14 @@ class MariaDBDialect(Dialect):
     @staticmethod
     @cache
     def _deleting_ids(removal: sql.Removal) -> ReturningDelete[Any]:
-        return removal.delete.where(sql.columns.id.in_(bindparam("ids", expanding=True))).returning(
-            *(sql.columns[name] for name in sql.HISTORY_SOURCE)
+        """Deleting the rows of a page by id alone: the page's SELECT matched them and
+        locks them until the transaction ends, so no other condition is needed, and
+        one would let the optimizer read the queue by "pKind" (ref) instead of the ids
+        by the primary key, at times (1-4 s a page of 1,000, past the statement bound)."""
+        return (
+            delete(queue_table)
+            .where(sql.columns.id.in_(bindparam("ids", expanding=True)))
+            .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
         )
 
     def is_unique_violation(self, error: DBAPIError) -> bool:
