@@ -132,3 +132,16 @@ def fill_queue(
             )
     finally:
         engine.dispose()
+
+
+def plan_of(store: Any, statement: Any, parameters: dict[str, Any]) -> str:
+    """The database's plan for `statement` with `parameters` written in, as text."""
+    dialect = store.engine.dialect
+    compiled = statement.compile(dialect=dialect)
+    values = {**compiled.params, **parameters}
+    if compiled.positiontup is not None:
+        values = tuple(values[name] for name in compiled.positiontup)
+    explain = "EXPLAIN QUERY PLAN" if dialect.name == "sqlite" else "EXPLAIN"
+    with store.engine.connect() as connection:
+        rows = connection.exec_driver_sql(f"{explain} {compiled.string}", values)
+        return "\n".join(" | ".join(str(value) for value in row) for row in rows)

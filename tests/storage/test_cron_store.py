@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from typing import Any
 
 import pytest
 from sqlalchemy import select, text
@@ -19,7 +18,7 @@ from app.storage.engine import create_storage
 from app.storage.schema import upgrade_to_head
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS, scratch_database
-from tests.helpers import fill_queue, history_rows
+from tests.helpers import fill_queue, history_rows, plan_of
 
 QUEUE = "reports"
 HOUR = 3_600_000
@@ -261,19 +260,6 @@ def test_an_uninstall_larger_than_one_delete_removes_its_runs_and_nothing_else(
     assert not [key for key in keys if key.startswith(f"a/{mine.config_hash}/")]
 
 
-def _plan(store, statement: Any, parameters: dict[str, Any]) -> str:
-    """The database's plan for `statement` with `parameters` written in, as text."""
-    dialect = store.engine.dialect
-    compiled = statement.compile(dialect=dialect)
-    values = {**compiled.params, **parameters}
-    if compiled.positiontup is not None:
-        values = tuple(values[name] for name in compiled.positiontup)
-    explain = "EXPLAIN QUERY PLAN" if dialect.name == "sqlite" else "EXPLAIN"
-    with store.engine.connect() as connection:
-        rows = connection.exec_driver_sql(f"{explain} {compiled.string}", values)
-        return "\n".join(" | ".join(str(value) for value in row) for row in rows)
-
-
 def test_an_entrys_runs_are_one_index_range_however_full_the_queue_is(store, clean_database):
     """The plan of the statements that read and delete an entry's runs, on a queue of
     20,000 other messages, never analysed: an index range, not the queue."""
@@ -290,7 +276,7 @@ def test_an_entrys_runs_are_one_index_range_however_full_the_queue_is(store, cle
     runs = store.dialect.entry_runs
     parameters = _runs_of(QUEUE, "tick")
     for statement in (runs.keys, runs.delete_pending.delete):
-        plan = _plan(store, statement, parameters)
+        plan = plan_of(store, statement, parameters)
         if store.dialect.name == "postgresql":
             assert "delayed_queue__cron_run_keys_idx" in plan, plan
         elif store.dialect.name == "mariadb":

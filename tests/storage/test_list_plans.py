@@ -15,7 +15,7 @@ from app.domain.messages import Finish
 from app.domain.pages import DuePosition, HistoryPosition, KeyPosition, ListState
 from app.storage.tables import delivery_history
 from tests.conftest import START_MS
-from tests.helpers import fill_queue
+from tests.helpers import fill_queue, plan_of
 
 QUEUE = "orders"
 ROWS = 20_000
@@ -27,19 +27,6 @@ KEYS = "delayed_queue__kind_key_idx"
 HISTORY = "delivery_history__queue_finished_at_id_idx"
 HISTORY_KEY = "delivery_history__queue_key_finished_at_id_idx"
 HISTORY_OUTCOME = "delivery_history__queue_outcome_finished_at_id_idx"
-
-
-def _plan(store, query: Any, parameters: dict[str, Any]) -> str:
-    """The database's plan for `query` with `parameters` written in, as text."""
-    dialect = store.engine.dialect
-    compiled = query.compile(dialect=dialect)
-    values = {**compiled.params, **parameters}
-    if compiled.positiontup is not None:
-        values = tuple(values[name] for name in compiled.positiontup)
-    explain = "EXPLAIN QUERY PLAN" if dialect.name == "sqlite" else "EXPLAIN"
-    with store.engine.connect() as connection:
-        rows = connection.exec_driver_sql(f"{explain} {compiled.string}", values)
-        return "\n".join(" | ".join(str(value) for value in row) for row in rows)
 
 
 @pytest.fixture
@@ -151,7 +138,7 @@ _SEEKS_THE_ID = {
 def test_every_page_reads_the_index_that_leads_to_it(full_store):
     name = full_store.dialect.name
     for what, index, (query, parameters) in _pages(full_store):
-        plan = _plan(full_store, query, parameters)
+        plan = plan_of(full_store, query, parameters)
         assert index in plan, (what, plan)
         if what.endswith("after") or what in ("ready", "scheduled"):
             assert _seeks_into_the_queue(name, plan), (what, plan)
