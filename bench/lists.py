@@ -5,7 +5,7 @@ rows cost, whatever the queue's size (SPEC §8, issue 16)?
     python -m bench.lists                       # PostgreSQL, 200 requests a case, ~5 minutes
     python -m bench.lists --database-url mariadb://root@127.0.0.1:3306/hourglass_bench_lists
     python -m bench.lists --explain             # each list statement's plan (decision 13)
-    python -m bench.lists --quick --drop        # 10,000 messages, 20 requests: does it run?
+    python -m bench.lists --quick --drop        # 10,000 messages, 5 requests: does it run?
 
 Two databases: `<name>` holds queue `orders` with --messages messages and as many
 history rows, and queue `other` with a fifth of that (and a tenth in history);
@@ -609,11 +609,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refill", action="store_true", help="build both databases anew")
     parser.add_argument("--explain", action="store_true", help="print the plans, time nothing")
     parser.add_argument("--no-http", action="store_true", help="time through the store only")
-    parser.add_argument("--quick", action="store_true", help="10,000 messages, 20 rounds")
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, 5 rounds")
     parser.add_argument("--drop", action="store_true", help="drop both databases at the end")
     args = parser.parse_args(argv)
     if args.quick:
-        args.messages, args.rounds = SMALL_MESSAGES, 20
+        args.messages, args.rounds = SMALL_MESSAGES, 5
     url = normalize_database_url(args.database_url)
     base = make_url(url)
     small_url = base.set(database=f"{base.database}_small").render_as_string(hide_password=False)

@@ -63,18 +63,18 @@ FULL = Plan(
 QUICK = Plan(
     rounds=1,
     offer_clients=(1, 32),
-    offer_seconds=0.7,
+    offer_seconds=0.4,
     batch_clients=2,
-    batch_messages=5_000,
-    drain_messages=5_000,
+    batch_messages=2_000,
+    drain_messages=2_000,
     drain_workers=(4,),
-    drain_seconds=0.8,
-    delayed_messages=1_000,
-    delayed_spread=3.0,
-    idle_seconds=2.0,
-    scale_future=100_000,
-    scale_polls=300,
-    bloat_messages=10_000,
+    drain_seconds=0.4,
+    delayed_messages=500,
+    delayed_spread=1.0,
+    idle_seconds=1.0,
+    scale_future=20_000,
+    scale_polls=100,
+    bloat_messages=5_000,
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.domain.messages import IfExists
 from app.pipeline.importer import ImportCounts, run_import
-from tests.conftest import START_MS
+from tests.conftest import START_MS, truncate_all
 from tests.helpers import stored_rows
 
 GOOD = [
@@ -121,11 +121,14 @@ def test_json_lines_into_one_queue(spark, clean_database, tmp_path):
     assert payloads == {"a": b'{"nested":[true,null]}', "b": b"7"}
 
 
-def test_the_command_line_prints_the_counts(clean_database, tmp_path):
+def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
+    # Once, on the embedded default: what the command prints does not depend on the
+    # database, and the imports above run on every one (a JVM start each, ~25 s).
+    truncate_all(sqlite_url)
     path = _write_csv(tmp_path / "in.csv", GOOD + BAD)
     result = subprocess.run(
         [sys.executable, "-m", "app", "pipeline", "import", path, "--master", "local[1]"],
-        env={**os.environ, "HOURGLASS_DATABASE_URL": clean_database.url},
+        env={**os.environ, "HOURGLASS_DATABASE_URL": sqlite_url},
         capture_output=True,
         text=True,
         timeout=300,
