@@ -226,9 +226,13 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
     service = console.service
     queue = f"settings-{unique}"
     service.offer(queue, "k", 1)
+    retry = {"initial_delay": 5.0, "max_delay": 300.0, "multiplier": 3.0, "jitter": 0.25}
+    assert service.api.put(f"/v1/queues/{queue}/settings", json={"retry": retry}).status_code == 200
 
     console.open(f"/console/queues/{queue}")
     assert console.text("#dead-letter-queue") == f"dead letters go to {queue}.dead"
+    # The form shows the retry policy it will send back: saving other fields keeps it.
+    assert console.find('input[name="retry_multiplier"]').get_attribute("value") == "3"
     console.type_into('input[name="max_deliveries"]', "4")
     console.type_into('input[name="dead_letter_queue"]', f"{queue}-graveyard")
     console.type_into('input[name="default_lease"]', "90")
@@ -245,9 +249,30 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
         "default_lease": 90.0,
         "max_deliveries": 4,
         "dead_letter_queue": f"{queue}-graveyard",
+        "retry": retry,
         "updated_at": "…",
     }
     console.wait_for_text("#dead-letter-queue", f"{queue}-graveyard")
+
+    # A new policy typed in; both delays emptied, none.
+    console.type_into('input[name="retry_initial_delay"]', "2")
+    console.type_into('input[name="retry_max_delay"]', "60")
+    console.type_into('input[name="retry_jitter"]', "0")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: service.api.get(f"/v1/queues/{queue}/settings").json()["retry"]
+        == {"initial_delay": 2.0, "max_delay": 60.0, "multiplier": 3.0, "jitter": 0.0},
+        "the new retry policy",
+    )
+    console.type_into('input[name="retry_initial_delay"]', "")
+    console.type_into('input[name="retry_max_delay"]', "")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: service.api.get(f"/v1/queues/{queue}/settings").json()["retry"] is None,
+        "no retry policy",
+    )
 
 
 def _no_script_ran(console: Console) -> None:

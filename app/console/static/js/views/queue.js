@@ -283,6 +283,11 @@ function settingsSection(context, initial, saved) {
   const lease = h("input", { type: "number", name: "default_lease", min: 1, max: 43200, step: "any", required: true });
   const deliveries = h("input", { type: "number", name: "max_deliveries", min: 1, max: 1000, step: 1, placeholder: "no limit" });
   const deadLetterQueue = h("input", { type: "text", name: "dead_letter_queue", placeholder: `${queue}.dead`, spellcheck: false });
+  // The retry delays: both delays empty means no policy (a release without a delay is due at once).
+  const initialDelay = h("input", { type: "number", name: "retry_initial_delay", min: 0.001, step: "any", placeholder: "none" });
+  const maxDelay = h("input", { type: "number", name: "retry_max_delay", min: 0.001, step: "any", placeholder: "none" });
+  const multiplier = h("input", { type: "number", name: "retry_multiplier", min: 1, max: 100, step: "any", placeholder: "2" });
+  const jitter = h("input", { type: "number", name: "retry_jitter", min: 0, max: 1, step: "any", placeholder: "0" });
   const status = h("div", { className: "muted", role: "status", id: "settings-status" });
   const field = (label, input, hint) =>
     h("label", { className: "field" }, h("span", {}, label), input, h("small", { className: "muted" }, hint));
@@ -291,6 +296,20 @@ function settingsSection(context, initial, saved) {
     lease.value = String(settings.default_lease);
     deliveries.value = settings.max_deliveries === null ? "" : String(settings.max_deliveries);
     deadLetterQueue.value = settings.dead_letter_queue === `${queue}.dead` ? "" : settings.dead_letter_queue;
+    const retry = settings.retry;
+    initialDelay.value = retry ? String(retry.initial_delay) : "";
+    maxDelay.value = retry ? String(retry.max_delay) : "";
+    multiplier.value = retry ? String(retry.multiplier) : "";
+    jitter.value = retry ? String(retry.jitter) : "";
+  }
+
+  // Both delays, or neither (no policy); the multiplier and jitter left empty take the API's defaults.
+  function retryBody() {
+    if (initialDelay.value === "" && maxDelay.value === "") return null;
+    const retry = { initial_delay: Number(initialDelay.value), max_delay: Number(maxDelay.value || initialDelay.value) };
+    if (multiplier.value !== "") retry.multiplier = Number(multiplier.value);
+    if (jitter.value !== "") retry.jitter = Number(jitter.value);
+    return retry;
   }
 
   async function save(event) {
@@ -305,6 +324,7 @@ function settingsSection(context, initial, saved) {
       default_lease: Number(lease.value),
       max_deliveries: deliveries.value === "" ? null : Number(deliveries.value),
       dead_letter_queue: deadLetterQueue.value.trim() || null,
+      retry: retryBody(),
     };
     await act(context, status, async () => {
       current = await call("PUT", paths.settings(queue), { body, signal: context.signal });
@@ -320,6 +340,10 @@ function settingsSection(context, initial, saved) {
     field("Default lease (seconds)", lease, "how long a poll that names no lease holds its messages"),
     field("Max deliveries", deliveries, "after this many, a message due again moves to the dead-letter queue"),
     field("Dead-letter queue", deadLetterQueue, `empty: ${queue}.dead`),
+    field("Retry: first delay (seconds)", initialDelay, "a message released without a delay waits this after its first delivery; empty: due at once"),
+    field("Retry: longest delay (seconds)", maxDelay, "the delay grows up to this; empty: the first delay"),
+    field("Retry: multiplier", multiplier, "growth per delivery; empty: 2"),
+    field("Retry: jitter (0 to 1)", jitter, "spread either way, as a fraction of the delay; empty: 0"),
     h("div", { className: "actions" }, h("button", { type: "submit", className: "primary" }, "Save settings")),
   );
   show(initial);
