@@ -150,6 +150,16 @@ def pytest_report_header() -> list[str]:
     return lines
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under xdist a skip happens in a worker: the process that prints the summary
+    # learns what was not exercised from the skip's report.
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        what, found, problem = message.partition(" not exercised: ")
+        if found:
+            ALSO_NOT_EXERCISED.setdefault(what, problem)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if missing := _not_exercised():
         terminalreporter.section("NOT exercised by this run", sep="!", red=True, bold=True)

@@ -261,8 +261,10 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
     console.click('#settings button[type="submit"]')
     console.answer_dialog(confirm=True)
     console.wait(
-        lambda: service.api.get(f"/v1/queues/{queue}/settings").json()["retry"]
-        == {"initial_delay": 2.0, "max_delay": 60.0, "multiplier": 3.0, "jitter": 0.0},
+        lambda: (
+            service.api.get(f"/v1/queues/{queue}/settings").json()["retry"]
+            == {"initial_delay": 2.0, "max_delay": 60.0, "multiplier": 3.0, "jitter": 0.0}
+        ),
         "the new retry policy",
     )
     console.type_into('input[name="retry_initial_delay"]', "")
