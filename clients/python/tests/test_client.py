@@ -39,7 +39,11 @@ def test_offer_update_ignore_get_and_delete(api, queue):
 
     message = api.get(queue, "user-42/friday")
     assert isinstance(message, Message)
-    assert (message.queue, message.key, message.payload) == (queue, "user-42/friday", {"text": "new"})
+    assert (message.queue, message.key, message.payload) == (
+        queue,
+        "user-42/friday",
+        {"text": "new"},
+    )
     assert message.state == "scheduled" and message.deliveries == 0
     assert timedelta(minutes=59) < message.scheduled_at - datetime.now(UTC) <= timedelta(hours=1)
     assert message.scheduled_at == message.scheduled_at_initially
@@ -105,8 +109,8 @@ def test_poll_extend_ack_and_release(api, queue):
     assert isinstance(first, DeliveredMessage)
     assert first.lock_id == lease.lock_id and first.delivery == "first" and not first.redelivery
     assert first.state == "leased" and first.deliveries == 1
-    assert timedelta(seconds=25) < first.lease_expires_at - datetime.now(UTC) <= timedelta(
-        seconds=30
+    assert (
+        timedelta(seconds=25) < first.lease_expires_at - datetime.now(UTC) <= timedelta(seconds=30)
     )
 
     expires = api.extend(queue, lease.lock_id, timedelta(minutes=10))
@@ -176,9 +180,16 @@ def test_cron_install_list_get_and_uninstall(api, queue):
     )
     assert installed.outcome == "created" and len(installed.next_runs) == 5
     assert all(run.tzinfo is UTC and run.hour in (0, 23) for run in installed.next_runs)
-    assert api.install_cron(
-        queue, "nightly/sales", {"report": "sales"}, daily=["02:00"], timezone="Europe/Bucharest"
-    ).outcome == "unchanged"
+    assert (
+        api.install_cron(
+            queue,
+            "nightly/sales",
+            {"report": "sales"},
+            daily=["02:00"],
+            timezone="Europe/Bucharest",
+        ).outcome
+        == "unchanged"
+    )
     api.install_cron(queue, "every-minute", None, every=timedelta(minutes=1))
 
     entries = api.cron_entries(queue)
