@@ -17,7 +17,7 @@ from hourglass_client.errors import HourglassError
 from hourglass_client.worker import AsyncWorker, Worker
 
 DESCRIPTION = """\
-Run HANDLER on every message of a Hourglass queue, CONCURRENCY at a time.
+Run HANDLER on every message of a Hourglass queue, --concurrency at a time.
 
 A message whose handler returns is acknowledged; one whose handler raises is
 released, due again as the queue's retry setting says (at once without one),

@@ -58,9 +58,13 @@ class Retry(Exception):
         self.reason = reason
 
 
-def _one_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+def _one_line(text: str) -> str:
+    """`text` fit for a log line of its own (a line break shown as `\\n`)."""
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _described(error: BaseException) -> str:
+    return _one_line(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
 
 
 @dataclass
@@ -193,23 +197,23 @@ class _Engine:
                 poll.cancel()
                 await asyncio.wait([poll])
                 if not poll.cancelled() and poll.exception() is None:
-                    self._take(poll.result(), started)
+                    self._take(poll.result(), started, free)
                 return
             try:
                 lease = poll.result()
             except _FATAL as error:
-                self.log.error("poll failed: %s; stopping", _one_line(error))
+                self.log.error("poll failed: %s; stopping", _described(error))
                 self.fatal = error
                 self.stopping.set()
                 return
             except HourglassError as error:
                 failures += 1
                 pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
-                self.log.warning("poll failed: %s; polling again in %g s", _one_line(error), pause)
+                self.log.warning("poll failed: %s; polling again in %g s", _described(error), pause)
                 await self._until_stopping(asyncio.sleep(pause))
                 continue
             failures = 0
-            self._take(lease, started)
+            self._take(lease, started, free)
 
     async def _until_stopping(self, awaitable: Awaitable[Any]) -> bool:
         """Wait for `awaitable` or a stop, whichever comes first: True when it finished."""
@@ -223,10 +227,13 @@ class _Engine:
             task.cancel()  # ours to cancel; a caller's future is the caller's
         return False
 
-    def _take(self, lease: Lease, started: float) -> None:
+    def _take(self, lease: Lease, started: float, asked: int) -> None:
         """Start a handler for each message of `lease` (or, when stopping, give them back)."""
         if lease.lock_id is None or not lease.messages:
             return
+        self.log.debug(
+            "polled %d message(s) under lock %s (asked for %d)", len(lease), lease.lock_id, asked
+        )
         held = _Held(lease.lock_id, set(lease.keys))
         self._held[lease.lock_id] = held
         held.keeper = asyncio.create_task(self._keep(held, started))
@@ -259,7 +266,7 @@ class _Engine:
         except Retry as retry:
             self.counts.retried += 1
             when = "when the queue's retry says" if retry.delay is None else f"in {retry.delay:g} s"
-            reason = f": {retry.reason}" if retry.reason else ""
+            reason = f": {_one_line(retry.reason)}" if retry.reason else ""
             self.log.info("retry %s%s; due again %s", where, reason, when)
             self._settle(held, [message.key], release=True, delay=retry.delay)
         except asyncio.CancelledError:
@@ -271,7 +278,7 @@ class _Engine:
                 "failed %s after %.0f ms: %s; released, due again when the queue's retry says",
                 where,
                 (loop.time() - began) * 1000,
-                _one_line(error),
+                _described(error),
             )
             self.log.debug("traceback of %s", where, exc_info=error)
             self._settle(held, [message.key], release=True, delay=None)
@@ -306,7 +313,7 @@ class _Engine:
                     )
                 return
             except HourglassError as error:
-                self.log.warning("could not extend lock %s: %s", held.lock_id, _one_line(error))
+                self.log.warning("could not extend lock %s: %s", held.lock_id, _described(error))
                 next_at = loop.time() + min(1.0, self.lease * _EXTEND_EVERY)
                 continue
             next_at = sent + self.lease * _EXTEND_EVERY
@@ -348,7 +355,7 @@ class _Engine:
                 "could not acknowledge %d message(s) of lock %s: %s; they will be delivered again",
                 len(keys),
                 lock_id,
-                _one_line(error),
+                _described(error),
             )
         else:
             for key in result.missing:
@@ -368,7 +375,7 @@ class _Engine:
                 "lease ends",
                 len(keys),
                 lock_id,
-                _one_line(error),
+                _described(error),
             )
         self._done_with(lock_id, keys)
 
