@@ -58,10 +58,10 @@ class Options:
         cls,
         url: str | None,
         token: str | None,
-        timeout: float,
-        retries: int,
-        max_retry_wait: float,
-        headers: dict[str, str] | None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        max_retry_wait: float = 30.0,
+        headers: dict[str, str] | None = None,
     ) -> Options:
         """Options from a constructor's arguments; the URL and token default to the
         environment's HOURGLASS_URL and HOURGLASS_TOKEN."""

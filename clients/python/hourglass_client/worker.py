@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from hourglass_client.client import AsyncClient, Client
+from hourglass_client.client import AsyncClient, Client, Options
 from hourglass_client.errors import (
     BadRequest,
     Forbidden,
@@ -123,11 +123,11 @@ class _Engine:
         """Stop polling and drain (again: nothing more)."""
         if self.stopping.is_set():
             return
-        self.log.info(
-            "stopping (%s): no more polls; waiting for %d running handler(s) to finish",
-            why,
-            len(self._running),
+        running = len(self._running)
+        waiting = (
+            f"waiting for {running} running handler(s) to finish" if running else "none running"
         )
+        self.log.info("stopping (%s): no more polls; %s", why, waiting)
         self.stopping.set()
 
     def signalled(self, name: str) -> None:
@@ -503,9 +503,10 @@ class Worker:
     ) -> None:
         if inspect.iscoroutinefunction(handler):
             raise TypeError("Worker runs plain functions; use AsyncWorker for a coroutine one")
-        self.options = (
-            client.options if isinstance(client, Client) else Client(client, token=token).options
-        )
+        if isinstance(client, Client):
+            self.options = client.options
+        else:
+            self.options = Options.of(client, token)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
