@@ -19,6 +19,7 @@ from hourglass_client import (
     OfferResult,
     QueueSettings,
     QueueStats,
+    RetryPolicy,
     TooLarge,
 )
 
@@ -229,3 +230,24 @@ def test_lists_and_history_page_by_page(api, queue):
     one = api.history(queue, key="m007", outcome="acknowledged")
     assert [entry.key for entry in one.items] == ["m007"] and one.next is None
     assert one.items[0].finished_at >= one.items[0].first_delivered_at
+
+
+def test_acknowledge_and_release_some_keys_of_a_lock(api, queue):
+    for key in "abc":
+        api.offer(queue, key, key)
+    lease = api.poll(queue, max=3)
+    acknowledged = api.ack_keys(queue, lease.lock_id, ["a", "never"])
+    assert (acknowledged.acknowledged, acknowledged.missing) == (["a"], ["never"])
+    released = api.release_keys(queue, lease.lock_id, ["b", "a"], delay=timedelta(hours=1))
+    assert (released.released, released.missing) == (["b"], ["a"])
+    assert api.get(queue, "b").state == "scheduled"
+    assert api.get(queue, "c").state == "leased"  # the others stay leased
+    assert api.ack(queue, lease.lock_id) is True
+    assert api.stats(queue).messages == 1
+
+
+def test_a_queues_retry_setting(api, queue):
+    policy = RetryPolicy(initial_delay=10, max_delay=3600, multiplier=3, jitter=0.25)
+    assert api.put_settings(queue, retry=policy).retry == policy
+    assert api.get_settings(queue).retry == policy
+    assert api.put_settings(queue).retry is None
