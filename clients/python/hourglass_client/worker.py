@@ -42,6 +42,9 @@ AsyncHandler = Callable[[DeliveredMessage], Awaitable[object]]
 _FATAL = (BadRequest, Unauthorized, Forbidden, NotFound, Invalid)
 # The longest pause between polls after failures (they double from 1 s).
 _MAX_POLL_BACKOFF = 30.0
+# Polls that wait less than this for a message (`wait`) come this far apart while
+# nothing is due.
+_IDLE_PAUSE = 1.0
 # A lease is extended when a third of it has passed, so two extensions in a row
 # may fail (a slow answer, a 503) before it runs out.
 _EXTEND_EVERY = 1 / 3
@@ -213,6 +216,9 @@ class _Engine:
                 await self._until_stopping(asyncio.sleep(pause))
                 continue
             failures = 0
+            if not lease.messages and self.wait < _IDLE_PAUSE:
+                # Nothing due and a poll that does not wait: do not ask again at once.
+                await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
             self._take(lease, started, free)
 
     async def _until_stopping(self, awaitable: Awaitable[Any]) -> bool:
