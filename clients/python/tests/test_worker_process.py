@@ -3,8 +3,10 @@ a real server, stopped by a signal in the middle of a batch."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,9 +30,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new venv with `pip install ./clients/python` (from the package index, as a user
     would: httpx and its few dependencies) and nothing else."""
     root = tmp_path_factory.mktemp("venv") / "worker"
+    # Built from a copy: a build writes into the folder it builds (build/, *.egg-info).
+    source = shutil.copytree(
+        CLIENT,
+        root.parent / "hourglass-client",
+        ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"),
+    )
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
     install = subprocess.run(
-        [str(root / "bin" / "pip"), "install", "--quiet", str(CLIENT)],
+        [str(root / "bin" / "pip"), "install", "--quiet", str(source)],
         check=False,
         capture_output=True,
         text=True,
@@ -47,10 +55,15 @@ def test_the_venv_holds_the_client_and_not_the_server(venv):
         [python, "-c", imports], check=False, capture_output=True, text=True, cwd="/"
     )
     assert "No module named 'app'" in result.stderr
-    frozen = subprocess.run(
-        [python, "-m", "pip", "freeze"], check=True, capture_output=True, text=True
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json", "--exclude-editable"],
+        check=True,
+        capture_output=True,
+        text=True,
     )
-    installed = {line.split("==")[0].lower() for line in frozen.stdout.split()}
+    installed = {package["name"].lower() for package in json.loads(listed.stdout)}
+    installed -= {"pip", "setuptools"}
+    assert {"hourglass-client", "httpx"} <= installed
     assert installed <= {"hourglass-client", "httpx", "httpcore", "h11", "anyio", "idna"} | {
         "certifi",
         "sniffio",
