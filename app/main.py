@@ -22,6 +22,7 @@ from app.config import Settings
 from app.console.routes import install_console
 from app.cron.manager import cron_manager
 from app.cron.service import CronService
+from app.domain.messages import RandomSource
 from app.metrics import Metrics
 from app.periodic import Periodic
 from app.queue.lists import QueueLists
@@ -65,8 +66,14 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(GC_FIRST_GENERATION_THRESHOLD, second, third)
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
-    """The application for `settings` (default: from the environment)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    random_source: RandomSource | None = None,
+) -> FastAPI:
+    """The application for `settings` (default: from the environment); tests pass a fake
+    `clock`, and a fixed `random_source` for the jitter of retry delays."""
     settings = settings or Settings()
     clock = clock or SystemClock()
 
@@ -89,6 +96,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             max_poll_bytes=settings.max_poll_bytes,
             poll_recheck_seconds=settings.poll_recheck_seconds,
             events=metrics,
+            random_source=random_source,
         )
         app.state.service = service
         app.state.lists = QueueLists(storage, calls, clock, max_page_bytes=settings.max_poll_bytes)

@@ -3,9 +3,9 @@
 Series labelled with a queue exist only for queues known to hold something: the
 database shows them holding messages, settings or cron entries (read with the
 queue gauges, at scrape time), or something was written to them here (an offer,
-a delivery, an acknowledgement, a dead letter, a cron run). An empty poll of any
-other queue counts under `queue="_other"`, so polls of made-up names leave
-nothing behind (issue 14: 40,000 of them added 12.5 MB to every scrape, for good).
+a delivery, an acknowledgement, a release, a dead letter, a cron run). An empty
+poll of any other queue counts under `queue="_other"`, so polls of made-up names
+leave nothing behind (issue 14: 40,000 of them added 12.5 MB to every scrape, for good).
 
 A known queue that holds nothing and has seen no event for IDLE_QUEUE_SECONDS
 loses its series at the next scrape; so does a cron entry name (the `name` label of
@@ -123,6 +123,12 @@ class Metrics:
             ["queue"],
             registry=self.registry,
         )
+        self._released = Counter(
+            "hourglass_messages_released",
+            "Messages given back without acknowledgement (whole locks and per key)",
+            ["queue"],
+            registry=self.registry,
+        )
         self._dead_lettered = Counter(
             "hourglass_messages_dead_lettered",
             "Messages moved to their dead-letter queue after their last allowed delivery",
@@ -205,6 +211,9 @@ class Metrics:
 
     def acknowledged(self, queue: str, count: int) -> None:
         self._series(self._acknowledged, self.queues.label_for_write(queue)).inc(count)
+
+    def released(self, queue: str, count: int) -> None:
+        self._series(self._released, self.queues.label_for_write(queue)).inc(count)
 
     def dead_lettered(self, queue: str, count: int) -> None:
         self._series(self._dead_lettered, self.queues.label_for_write(queue)).inc(count)

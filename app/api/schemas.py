@@ -47,6 +47,10 @@ MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
 MAX_BATCH = 1000
 MAX_POLL = 1000
 MAX_WAIT_SECONDS = 20
+# Keys per per-key acknowledgement or release: a poll's most messages.
+MAX_LOCK_KEYS = MAX_POLL
+# Retry delays grow by at most this factor per delivery.
+MAX_RETRY_MULTIPLIER = 100
 
 QueueName = Annotated[
     str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
@@ -184,12 +188,49 @@ class ExtendRequest(_Request):
     lease: Number = Field(ge=1, le=MAX_LEASE_SECONDS, description="New lease, in seconds from now")
 
 
+LockKeys = Annotated[
+    list[Annotated[str, Field(pattern=KEY_PATTERN)]],
+    Field(
+        min_length=1,
+        max_length=MAX_LOCK_KEYS,
+        description=f"1-{MAX_LOCK_KEYS} keys of the lock's messages; a key repeated counts "
+        "once, where it first appears",
+    ),
+]
+
+
+class AcknowledgeRequest(_Request):
+    keys: LockKeys
+
+
+class AcknowledgeResponse(BaseModel):
+    acknowledged: list[str] = Field(description="Deleted: the lock held them; in request order")
+    missing: list[str] = Field(
+        description="Not held by the lock (acknowledged, updated since, or their lease ran "
+        "out and another poll took them, or never): nothing of them changed"
+    )
+
+
 class ReleaseRequest(_Request):
-    delay: Number = Field(
-        0,
+    delay: Number | None = Field(
+        None,
         ge=0,
         le=MAX_DELAY_SECONDS,
-        description="Seconds from now until the messages are due again",
+        description="Seconds from now until the messages are due again; without it, the "
+        "queue's `retry` delay of each message (due at once when the queue has none). "
+        "An explicit delay, 0 too, always wins",
+    )
+    keys: LockKeys | None = Field(
+        None,
+        description="Release only these of the lock's messages (answer `200`); without it, "
+        "all it holds (answer `204`)",
+    )
+
+
+class ReleaseResponse(BaseModel):
+    released: list[str] = Field(description="Given back: the lock held them; in request order")
+    missing: list[str] = Field(
+        description="Not held by the lock (see acknowledge): nothing of them changed"
     )
 
 
@@ -296,6 +337,40 @@ class PurgeResponse(BaseModel):
 MAX_DELIVERIES_LIMIT = 1000
 
 
+class RetrySettings(_Request):
+    """A queue's retry delays: a message released without a `delay` after its n-th delivery
+    is due again after `min(max_delay, initial_delay × multiplier^(n−1))`, spread uniformly
+    over ±`jitter` of that (so a capped delay may reach `max_delay × (1 + jitter)`)."""
+
+    initial_delay: Number = Field(
+        ge=0.001, le=MAX_DELAY_SECONDS, description="Seconds after the first delivery"
+    )
+    max_delay: Number = Field(
+        ge=0.001,
+        le=MAX_DELAY_SECONDS,
+        description="Seconds at most, before jitter; at least `initial_delay`",
+    )
+    multiplier: Number = Field(
+        2.0, ge=1, le=MAX_RETRY_MULTIPLIER, description="Growth per delivery (1: constant)"
+    )
+    jitter: Number = Field(
+        0.0, ge=0, le=1, description="Spread, as a fraction of the delay either way (0: none)"
+    )
+
+    @model_validator(mode="after")
+    def _a_cap_above_the_start(self) -> RetrySettings:
+        if self.max_delay < self.initial_delay:
+            raise ValueError("max_delay must be at least initial_delay")
+        return self
+
+
+class RetryResponse(BaseModel):
+    initial_delay: float = Field(description="Seconds")
+    max_delay: float = Field(description="Seconds")
+    multiplier: float
+    jitter: float
+
+
 class QueueSettingsRequest(_Request):
     """Body of `PUT …/settings`: a field left out (or null) goes back to its default."""
 
@@ -316,6 +391,10 @@ class QueueSettingsRequest(_Request):
     dead_letter_queue: str | None = Field(
         None, pattern=QUEUE_PATTERN, description="Where dead letters go (default: `{queue}.dead`)"
     )
+    retry: RetrySettings | None = Field(
+        None,
+        description="Delays of messages released without a `delay` (default: none, due at once)",
+    )
 
 
 class QueueSettingsResponse(BaseModel):
@@ -325,6 +404,7 @@ class QueueSettingsResponse(BaseModel):
     default_lease: float = Field(description="Seconds")
     max_deliveries: int | None = Field(description="null: no limit")
     dead_letter_queue: str
+    retry: RetryResponse | None = Field(description="null: released messages are due at once")
     updated_at: Timestamp | None = Field(description="null: the queue has never been configured")
 
 

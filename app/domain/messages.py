@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 # Which queues a request may use. The service asks it about the queues a request
 # names (a redrive's `to`, a dead-letter queue); storage about those only the rows
@@ -174,15 +175,60 @@ class Finish(StrEnum):
 DEAD_LETTER_SUFFIX = ".dead"
 
 
+class RandomSource(Protocol):
+    """Where jitter comes from: `random.Random` in the service, a fixed value in tests."""
+
+    def random(self) -> float:
+        """A number in [0, 1]."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A queue's delays for messages released without one (SPEC §10): released after its
+    n-th delivery, a message is due again `min(max_delay, initial_delay × multiplier^(n−1))`
+    from now, spread uniformly over ±`jitter` of that.
+
+    The cap applies before the jitter, so a capped delay is spread like any other
+    (up to `max_delay × (1 + jitter)`): capping after it would put every message
+    whose spread went past the cap at exactly `max_delay`, together again.
+    """
+
+    initial_delay_ms: int
+    max_delay_ms: int
+    multiplier: float = 2.0
+    jitter: float = 0.0
+
+    def base_delay_ms(self, deliveries: int) -> float:
+        """The delay after the `deliveries`-th delivery, capped, before any jitter."""
+        steps = max(deliveries, 1) - 1  # a message leased before counts existed has 0
+        try:
+            grown = self.initial_delay_ms * float(self.multiplier) ** steps
+        except OverflowError:  # 100.0 ** 200 and beyond: past any cap
+            grown = math.inf
+        return min(float(self.max_delay_ms), grown)
+
+    def delay_ms(self, deliveries: int, random: RandomSource) -> int:
+        """The delay of a message released after its `deliveries`-th delivery, jitter drawn
+        from `random`: never negative."""
+        base = self.base_delay_ms(deliveries)
+        if not self.jitter:
+            return round(base)
+        spread = base * self.jitter
+        return max(0, round(base - spread + 2 * spread * random.random()))
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
-    """A queue's own settings; None means the default (service lease, no limit, `{queue}.dead`)."""
+    """A queue's own settings; None means the default (service lease, no limit, `{queue}.dead`,
+    released messages due at once)."""
 
     queue: str
     default_lease_ms: int | None = None
     max_deliveries: int | None = None
     dead_letter_queue: str | None = None
     updated_at: int | None = None
+    retry: RetryPolicy | None = None
 
     @property
     def effective_dead_letter_queue(self) -> str:
@@ -198,3 +244,21 @@ class Redrive:
     moved: int
     skipped: int
     forbidden: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedOutcome:
+    """What a per-key acknowledgement or release did: the keys it applied to (`done`) and
+    those the lock did not hold (`missing`), each in the order asked, each key once."""
+
+    done: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @classmethod
+    def of(cls, asked: Sequence[str], done: Iterable[str]) -> KeyedOutcome:
+        """`asked` (duplicates dropped, the first kept) split by whether `done` has each."""
+        unique, found = dict.fromkeys(asked), set(done)
+        return cls(
+            tuple(key for key in unique if key in found),
+            tuple(key for key in unique if key not in found),
+        )

@@ -4,7 +4,7 @@ the app's metrics implement); mypy checks both where `create_app` wires them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from app.domain.messages import (
@@ -78,9 +78,21 @@ class Leases(Protocol):
 
     def acknowledge(self, queue: str, lock_id: str, now: int) -> int: ...
 
+    def acknowledge_keys(
+        self, queue: str, lock_id: str, keys: Sequence[str], now: int
+    ) -> list[str]: ...
+
     def extend(self, queue: str, lock_id: str, until: int) -> int: ...
 
     def release(self, queue: str, lock_id: str, at: int) -> int: ...
+
+    def release_each(
+        self,
+        queue: str,
+        lock_id: str,
+        due: Callable[[int], int],
+        keys: Sequence[str] | None = None,
+    ) -> list[str]: ...
 
 
 class Settings(Protocol):
@@ -153,6 +165,8 @@ class QueueEvents(Protocol):
 
     def acknowledged(self, queue: str, count: int) -> None: ...
 
+    def released(self, queue: str, count: int) -> None: ...
+
     def dead_lettered(self, queue: str, count: int) -> None: ...
 
 
@@ -166,6 +180,9 @@ class Unobserved:
         pass
 
     def acknowledged(self, queue: str, count: int) -> None:
+        pass
+
+    def released(self, queue: str, count: int) -> None:
         pass
 
     def dead_lettered(self, queue: str, count: int) -> None:

@@ -9,6 +9,7 @@ the Notifier, holding no database connection while it waits.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import uuid
 from collections import OrderedDict
@@ -27,6 +28,7 @@ from app.domain.errors import (
 )
 from app.domain.messages import (
     Claim,
+    KeyedOutcome,
     Lease,
     Message,
     Offer,
@@ -36,7 +38,9 @@ from app.domain.messages import (
     QueueFilter,
     QueueSettings,
     QueueStats,
+    RandomSource,
     Redrive,
+    RetryPolicy,
     State,
     When,
     every_queue,
@@ -80,12 +84,15 @@ class QueueService:
         max_poll_bytes: int,
         poll_recheck_seconds: float,
         events: QueueEvents | None = None,
+        random_source: RandomSource | None = None,
     ) -> None:
         """`calls` runs `storage`'s methods; `notifier` wakes this process's long polls. The
-        application builds and closes both (app/main.py), and shares them with cron."""
+        application builds and closes both (app/main.py), and shares them with cron.
+        `random_source` spreads retry delays by their jitter (tests fix it, like the clock)."""
         self.storage = storage
         self.events: QueueEvents = events or Unobserved()
         self.clock = clock
+        self.random: RandomSource = random_source or random.Random()
         self.default_lease_ms = round(default_lease_seconds * 1000)
         self.max_payload_bytes = max_payload_bytes
         self.max_poll_bytes = max_poll_bytes
@@ -282,13 +289,79 @@ class QueueService:
         )
         return until
 
-    async def release(self, queue: str, lock_id: str, delay_seconds: float = 0) -> None:
-        """Give the messages back, due again after `delay_seconds`, as redeliveries."""
-        at = self.clock.now_ms() + round(delay_seconds * 1000)
-        await self._on_lock(
-            queue, lock_id, partial(self.storage.leases.release, queue, lock_id, at)
+    async def acknowledge_keys(self, queue: str, lock_id: str, keys: Sequence[str]) -> KeyedOutcome:
+        """Delete those of `keys` the lock still holds; the others are `missing`, and what
+        the lock holds besides stays leased."""
+        now = self.clock.now_ms()
+        outcome = await self._on_keys(
+            queue,
+            lock_id,
+            keys,
+            lambda unique: self.storage.leases.acknowledge_keys(queue, lock_id, unique, now),
         )
+        if outcome.done:
+            self.events.acknowledged(queue, len(outcome.done))
+        return outcome
+
+    async def release(self, queue: str, lock_id: str, delay_seconds: float | None = None) -> None:
+        """Give the messages back as redeliveries, due again after `delay_seconds`, or without
+        it after the queue's retry delay for each (at once when it has none)."""
+        due = await self._due_after_release(queue, delay_seconds)
+
+        def change() -> int:
+            if isinstance(due, int):  # one time for all: one statement
+                return self.storage.leases.release(queue, lock_id, due)
+            return len(self.storage.leases.release_each(queue, lock_id, due))  # each its own
+
+        count = await self._on_lock(queue, lock_id, change)
+        self.events.released(queue, count)
         self.notifier.notify(queue)
+
+    async def release_keys(
+        self, queue: str, lock_id: str, keys: Sequence[str], delay_seconds: float | None = None
+    ) -> KeyedOutcome:
+        """`release`, of those of `keys` the lock still holds; the others are `missing`, and
+        what the lock holds besides stays leased."""
+        due = await self._due_after_release(queue, delay_seconds)
+        each = (lambda _deliveries: due) if isinstance(due, int) else due
+        outcome = await self._on_keys(
+            queue,
+            lock_id,
+            keys,
+            lambda unique: self.storage.leases.release_each(queue, lock_id, each, unique),
+        )
+        if outcome.done:
+            self.events.released(queue, len(outcome.done))
+            self.notifier.notify(queue)
+        return outcome
+
+    async def _due_after_release(
+        self, queue: str, delay_seconds: float | None
+    ) -> int | Callable[[int], int]:
+        """When released messages are due again: one time (epoch ms) for all of them, or,
+        under the queue's retry policy, a time for each by its deliveries."""
+        now = self.clock.now_ms()
+        if delay_seconds is not None:  # an explicit delay (0 too) always wins
+            return now + round(delay_seconds * 1000)
+        retry = (await self.settings(queue)).retry
+        if retry is None:
+            return now
+        return partial(_retry_due, retry, self.random, now)
+
+    async def _on_keys(
+        self,
+        queue: str,
+        lock_id: str,
+        keys: Sequence[str],
+        change: Callable[[list[str]], list[str]],
+    ) -> KeyedOutcome:
+        """Apply `change` to those of `keys` (each once, the first kept) the lock holds;
+        which it changed, and which were missing, in the order asked."""
+        unique = list(dict.fromkeys(keys))
+        done = (
+            await self._run(queue, partial(change, unique)) if _LOCK_ID.fullmatch(lock_id) else []
+        )
+        return KeyedOutcome.of(unique, done)
 
     async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> int:
         """Apply `change` to what the lock holds; how many messages; LockNotFound for none.
@@ -357,6 +430,7 @@ class QueueService:
         default_lease_seconds: float | None,
         max_deliveries: int | None,
         dead_letter_queue: str | None,
+        retry: RetryPolicy | None = None,
         may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
         """Replace the queue's settings; fields left out go back to their defaults.
@@ -371,6 +445,7 @@ class QueueService:
             max_deliveries=max_deliveries,
             dead_letter_queue=dead_letter_queue,
             updated_at=self.clock.now_ms(),
+            retry=retry,
         )
         if (
             max_deliveries is not None
@@ -442,6 +517,11 @@ class SchemaStatus:
     @property
     def ready(self) -> bool:
         return self.current == self.expected
+
+
+def _retry_due(retry: RetryPolicy, random_source: RandomSource, now: int, deliveries: int) -> int:
+    """When a message released at `now` after its `deliveries`-th delivery is due again."""
+    return now + retry.delay_ms(deliveries, random_source)
 
 
 def _within_settings_cache(age_ms: int) -> bool:

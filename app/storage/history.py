@@ -60,6 +60,24 @@ class Removals:
             return connection.execute(recorded_delete, parameters).rowcount
         return self.dialect.remove_recorded(connection, removal, parameters)
 
+    def remove_keys(
+        self, removal: sql.Removal, parameters: dict, now: int, finish: Finish
+    ) -> list[str]:
+        """Delete what `removal` matches (at most the 1000 keys it names), recording it in
+        the history as `finish`, as `remove` does; the keys deleted."""
+        if self.record:
+            parameters = {**parameters, "outcome": finish.value, "now": now}
+        run = (
+            self.runner.autocommit
+            if self.dialect.removes_keys_in_one_statement
+            else self.runner.transaction
+        )
+        return run(
+            lambda connection: self.dialect.removed_keys(
+                connection, removal, parameters, record=self.record
+            )
+        )
+
     def remove_all(self, removal: sql.Removal, parameters: dict, now: int) -> int:
         """Delete every row `removal` matches, however many, in one transaction (a purge),
         recorded as dropped; how many.

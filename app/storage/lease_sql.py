@@ -1,5 +1,6 @@
 """The statements of leases: a poll's claim (and its row type), the dead letters it
-holds back, redrive, and acknowledge, extend and release by lock id.
+holds back, redrive, and acknowledge, extend and release by lock id (all that a lock
+holds, or some of its keys).
 
 Built once as Core objects with bound parameters, like app/storage/sql.py, whose
 columns and conditions they share; a dialect replaces only the clause it must.
@@ -7,17 +8,18 @@ columns and conditions they share; a dialect replaces only the clause it must.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BigInteger, String, bindparam, case, func, null, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.dml import Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import sql
-from app.storage.sql import columns, removal
+from app.storage.sql import Removal, columns, removal
 from app.storage.tables import delayed_queue as queue_table
 
 # Poll: the due rows, oldest first, skipping rows another transaction holds, each
@@ -176,6 +178,62 @@ lock_release = (
         lockUuid=null(),
     )
 )
+
+# A release whose messages are each due at their own time (the queue's retry delays
+# grow with each message's deliveries): what the lock holds, locked, read first; the
+# store works out each due time, then writes them (KeyedLocks.release_rows).
+_held_rows = select(
+    columns.id, columns.pKey, columns.deliveries, columns.scheduledAtInitially
+).order_by(columns.id)  # locked in id order, as every such release locks them
+lock_held_rows = _held_rows.where(sql.by_lock).with_for_update()
+
+
+def listed(column: Any, name: str) -> Any:
+    """`column` is one of the list bound as `name` (an expanding IN)."""
+    return column.in_(bindparam(name, expanding=True))
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedLocks:
+    """The statements over some keys of what one lock holds (per-key acknowledge and
+    release, SPEC §10): the lock ("lock_id") and queue ("queue") as for the whole lock,
+    the keys bound as one list ("keys"). A key the lock no longer holds (acknowledged,
+    updated since, or its lease run out and taken by another poll) matches nothing,
+    exactly as the whole lock's statements fence it."""
+
+    # Deleting those keys' rows, recorded as acknowledged (through Removals).
+    acknowledge: Removal
+    # Those keys' rows, locked, with what a release needs (id, key, deliveries, first due).
+    held: Select
+    # Releasing rows by id ("ids", read by `held` or lock_held_rows in this transaction)
+    # while the lock holds them: due at "at", held by nobody.
+    release_rows: Update
+
+
+def keyed_locks(listed: Callable[[Any, str], Any] = listed) -> KeyedLocks:
+    """KeyedLocks whose lists are bound by `listed` (a dialect without expanding IN binds
+    an array)."""
+    of_keys = sql.by_lock & listed(columns.pKey, "keys")
+    return KeyedLocks(
+        acknowledge=removal(of_keys),
+        held=_held_rows.where(of_keys).with_for_update(),
+        release_rows=update(queue_table)
+        .where(listed(columns.id, "ids"), sql.by_lock)
+        .values(scheduledAt=bindparam("at"), lockUuid=null()),
+    )
+
+
+def release_due(
+    connection: Connection, statement: Update, parameters: dict, due: dict[int, int]
+) -> None:
+    """Release the rows `due` maps (id → due time) with `statement` (KeyedLocks.release_rows),
+    one statement per distinct due time: one for a release with a fixed delay, one per
+    delivery count for a policy without jitter."""
+    by_time: dict[int, list[int]] = {}
+    for row_id, at in due.items():
+        by_time.setdefault(at, []).append(row_id)
+    for at, ids in by_time.items():
+        connection.execute(statement, {**parameters, "at": at, "ids": ids})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,13 @@
 """Leases: polls (the claim, payloads read after it, a claim given back, dead letters
-held back and moved), redrive, and acknowledge, extend and release by lock id."""
+held back and moved), redrive, and acknowledge, extend and release by lock id (what
+the lock holds, or some of its keys)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -285,6 +287,18 @@ class SqlLeases:
             Finish.ACKNOWLEDGED,
         )
 
+    def acknowledge_keys(
+        self, queue: str, lock_id: str, keys: Sequence[str], now: int
+    ) -> list[str]:
+        """Delete those of `keys` (at most 1000) that `lock_id` still holds, recorded as
+        acknowledged like a whole lock's; the keys deleted. The others stay as they are."""
+        return self.removals.remove_keys(
+            self.dialect.keyed_locks.acknowledge,
+            {"queue": queue, "lock_id": lock_id, "keys": list(keys)},
+            now,
+            Finish.ACKNOWLEDGED,
+        )
+
     def extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
         return self.runner.single(
@@ -296,6 +310,37 @@ class SqlLeases:
         return self.runner.single(
             lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
         )
+
+    def release_each(
+        self,
+        queue: str,
+        lock_id: str,
+        due: Callable[[int], int],
+        keys: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Give back what `lock_id` holds (of `keys`, at most 1000, or all of it), each
+        message due again at `due(its deliveries)`; the keys given back.
+
+        The rows are read and locked first, then written: a message's time depends on
+        its own delivery count, which nothing can change while this holds the row
+        (docs/decisions/0014-per-key-locks-and-retry-delays.md)."""
+        held: dict[str, Any] = {"queue": queue, "lock_id": lock_id}
+        if keys is None:
+            statement, parameters = lease_sql.lock_held_rows, held
+        else:
+            statement, parameters = self.dialect.keyed_locks.held, {**held, "keys": list(keys)}
+
+        def release(connection: Connection) -> list[str]:
+            rows = connection.execute(statement, parameters).all()
+            times = {}
+            for row in rows:
+                at = due(row.deliveries)
+                # A release must read as a redelivery (see lease_sql.lock_release).
+                times[row.id] = at - 1 if at == row.scheduledAtInitially else at
+            self.dialect.release_due(connection, held, times)
+            return [row.pKey for row in rows]
+
+        return self.runner.transaction(release)
 
 
 def _delivery(queue: str, row: lease_sql.ClaimedRow, lease_until: int) -> Delivery:

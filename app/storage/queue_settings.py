@@ -1,10 +1,12 @@
-"""Each queue's own settings (lease, delivery limit, dead-letter queue)."""
+"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.engine import Connection
 
-from app.domain.messages import QueueSettings
+from app.domain.messages import QueueSettings, RetryPolicy
 from app.storage import sql
 from app.storage.runner import Runner
 
@@ -28,6 +30,7 @@ class SqlSettings:
             max_deliveries=row.maxDeliveries,
             dead_letter_queue=row.deadLetterQueue,
             updated_at=row.updatedAt,
+            retry=_retry_of(row),
         )
 
     def queues(self) -> list[str]:
@@ -38,10 +41,21 @@ class SqlSettings:
 
     def put(self, settings: QueueSettings) -> QueueSettings:
         """Store the queue's settings, replacing any it had."""
+        retry = settings.retry
+        retry_columns = {
+            "retryInitialDelayMs": retry.initial_delay_ms if retry else None,
+            "retryMaxDelayMs": retry.max_delay_ms if retry else None,
+            "retryMultiplier": retry.multiplier if retry else None,
+            "retryJitter": retry.jitter if retry else None,
+        }
         values = {
             "new_default_lease_ms": settings.default_lease_ms,
             "new_max_deliveries": settings.max_deliveries,
             "new_dead_letter_queue": settings.dead_letter_queue,
+            "new_retry_initial_delay_ms": retry_columns["retryInitialDelayMs"],
+            "new_retry_max_delay_ms": retry_columns["retryMaxDelayMs"],
+            "new_retry_multiplier": retry_columns["retryMultiplier"],
+            "new_retry_jitter": retry_columns["retryJitter"],
             "now": settings.updated_at,
         }
 
@@ -58,8 +72,21 @@ class SqlSettings:
                         "maxDeliveries": settings.max_deliveries,
                         "deadLetterQueue": settings.dead_letter_queue,
                         "updatedAt": settings.updated_at,
+                        **retry_columns,
                     },
                 )
 
         self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
+
+
+def _retry_of(row: Any) -> RetryPolicy | None:
+    """The retry policy a settings row stores (its four columns set together), or None."""
+    if row.retryInitialDelayMs is None:
+        return None
+    return RetryPolicy(
+        initial_delay_ms=row.retryInitialDelayMs,
+        max_delay_ms=row.retryMaxDelayMs,
+        multiplier=row.retryMultiplier,
+        jitter=row.retryJitter,
+    )

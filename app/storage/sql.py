@@ -306,6 +306,10 @@ settings_update = (
         defaultLeaseMs=bindparam("new_default_lease_ms"),
         maxDeliveries=bindparam("new_max_deliveries"),
         deadLetterQueue=bindparam("new_dead_letter_queue"),
+        retryInitialDelayMs=bindparam("new_retry_initial_delay_ms"),
+        retryMaxDelayMs=bindparam("new_retry_max_delay_ms"),
+        retryMultiplier=bindparam("new_retry_multiplier"),
+        retryJitter=bindparam("new_retry_jitter"),
         updatedAt=bindparam("now"),
     )
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Double,
     Index,
     Integer,
     LargeBinary,
@@ -109,6 +110,13 @@ queue_settings = Table(
     Column("maxDeliveries", Integer, nullable=True),
     Column("deadLetterQueue", String(100), nullable=True),
     Column("updatedAt", BigInteger, nullable=False),
+    # Added by revision 0007 (issue 17): the delays of releases that name none
+    # (app/domain/messages.py: RetryPolicy), all four set or all null (no policy).
+    # DOUBLE, not FLOAT: MariaDB's FLOAT has 24 bits, and 1.1 would read back as 1.10000002.
+    Column("retryInitialDelayMs", BigInteger, nullable=True),
+    Column("retryMaxDelayMs", BigInteger, nullable=True),
+    Column("retryMultiplier", Double, nullable=True),
+    Column("retryJitter", Double, nullable=True),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

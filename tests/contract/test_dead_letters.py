@@ -38,6 +38,7 @@ def test_a_queue_without_settings_has_the_defaults(client):
         "default_lease": 300.0,
         "max_deliveries": None,
         "dead_letter_queue": "q.dead",
+        "retry": None,
         "updated_at": None,
     }
 
@@ -49,6 +50,7 @@ def test_settings_are_replaced_whole(client, clock):
         "default_lease": 60.0,
         "max_deliveries": 3,
         "dead_letter_queue": "failed",
+        "retry": None,
         "updated_at": "2026-11-26T09:00:00.000Z",
     }
     assert client.get("/v1/queues/q/settings").json() == body
@@ -59,6 +61,7 @@ def test_settings_are_replaced_whole(client, clock):
         "default_lease": 300.0,
         "max_deliveries": 5,
         "dead_letter_queue": "q.dead",
+        "retry": None,
         "updated_at": "2026-11-26T09:00:01.000Z",
     }
 

@@ -58,6 +58,24 @@ def test_metrics_after_offers_polls_and_acknowledgements(client, clock):
     assert not any("user/42" in (route or "") for route in routes)  # keys never become labels
 
 
+def test_acknowledgements_and_releases_by_key_count_like_whole_locks(client, clock):
+    for key in ("a", "b", "c", "d", "e"):
+        put(client, "q", key, 1)
+    lock = poll(client, "q", max=5)["lock_id"]
+    acknowledged = client.post(f"/v1/queues/q/locks/{lock}/ack", json={"keys": ["a", "b", "x"]})
+    assert acknowledged.json() == {"acknowledged": ["a", "b"], "missing": ["x"]}
+    released = client.post(f"/v1/queues/q/locks/{lock}/release", json={"keys": ["c", "a"]})
+    assert released.json() == {"released": ["c"], "missing": ["a"]}
+    assert client.post(f"/v1/queues/q/locks/{lock}/release").status_code == 204  # "d", "e"
+    assert client.post(f"/v1/queues/q/locks/{lock}/ack", json={"keys": ["d"]}).status_code == 200
+    again = poll(client, "q", max=5)["lock_id"]
+    assert client.delete(f"/v1/queues/q/locks/{again}").status_code == 204  # "c", "d", "e"
+
+    samples = _samples(client)
+    assert _value(samples, "hourglass_messages_acknowledged_total", queue="q") == 5
+    assert _value(samples, "hourglass_messages_released_total", queue="q") == 3
+
+
 def test_the_oldest_ready_message_age(client, clock):
     put(client, "q", "k", 1)
     clock.advance(30)

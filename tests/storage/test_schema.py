@@ -179,3 +179,28 @@ def test_revision_0005_indexes_cron_run_keys_on_postgresql_only_both_ways(empty_
         command.check(config)
     finally:
         engine.dispose()
+
+
+def test_revision_0007_adds_retry_settings_and_keeps_existing_ones_both_ways(empty_database_url):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0006")
+    engine = create_engine(empty_database_url)
+    settings = {"queue": "q", "maxDeliveries": 3, "updatedAt": 1}
+    try:
+        with engine.begin() as connection:
+            stored = table("queue_settings", *(column(name) for name in settings))
+            connection.execute(insert(stored).values(settings))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT * FROM queue_settings")).mappings().one()
+        assert row["maxDeliveries"] == 3
+        retry = ("retryInitialDelayMs", "retryMaxDelayMs", "retryMultiplier", "retryJitter")
+        assert [row[name] for name in retry] == [None] * 4  # no policy: due at once, as before
+        command.downgrade(config, "0006")
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT * FROM queue_settings")).mappings().one()
+        assert "retryJitter" not in row and row["maxDeliveries"] == 3
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

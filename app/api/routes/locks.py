@@ -1,4 +1,5 @@
-"""Polling and leases: poll, acknowledge, extend and release by lock id."""
+"""Polling and leases: poll, acknowledge, extend and release by lock id (all the lock
+holds, or some of its keys)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from app.api.deps import Service
 from app.api.openapi import problem_responses
 from app.api.rendering import poll_response
 from app.api.schemas import (
+    AcknowledgeRequest,
+    AcknowledgeResponse,
     ExtendRequest,
     ExtendResponse,
     PollRequest,
     PollResponse,
     QueueName,
     ReleaseRequest,
+    ReleaseResponse,
 )
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["polling"])
@@ -52,6 +56,23 @@ async def acknowledge(queue: QueueName, lock_id: str, service: Service) -> Respo
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+@router.post(
+    "/locks/{lock_id}/ack",
+    summary="Acknowledge some of the lock's messages, by key",
+    description="Deletes those of `keys` the lock still holds (`acknowledged`); the others "
+    "are `missing` and nothing of them changes: a message whose lease ran out and another "
+    "poll took, or that an offer updated since, is the lock's no more. What the lock holds "
+    "besides stays leased, to acknowledge, extend or release later. Both lists follow the "
+    "request's order, each key once. A lock that holds none of them answers `200` too.",
+    responses=problem_responses(413, 422, 503),
+)
+async def acknowledge_keys(
+    queue: QueueName, lock_id: str, body: AcknowledgeRequest, service: Service
+) -> AcknowledgeResponse:
+    outcome = await service.acknowledge_keys(queue, lock_id, body.keys)
+    return AcknowledgeResponse(acknowledged=list(outcome.done), missing=list(outcome.missing))
+
+
 @router.patch(
     "/locks/{lock_id}",
     summary="Extend the lease of what the lock holds",
@@ -67,10 +88,23 @@ async def extend(
     "/locks/{lock_id}/release",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Give the messages back without acknowledging them",
-    responses=problem_responses(404, 413, 422, 503),
+    description="Due again after `delay`, or without it after the queue's `retry` delay "
+    "(each message's own, by its deliveries), or at once when the queue has none. Without "
+    "`keys`, everything the lock holds: `204`, or `404` when it holds nothing. With `keys`, "
+    "only those it still holds: `200` with `released` and `missing`, as for acknowledging "
+    "by key.",
+    responses={
+        200: {"model": ReleaseResponse, "description": "Released by key"},
+        **problem_responses(404, 413, 422, 503),
+    },
 )
 async def release(
     queue: QueueName, lock_id: str, service: Service, body: ReleaseRequest | None = None
 ) -> Response:
-    await service.release(queue, lock_id, (body or ReleaseRequest()).delay)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    body = body or ReleaseRequest()
+    if body.keys is None:
+        await service.release(queue, lock_id, body.delay)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    outcome = await service.release_keys(queue, lock_id, body.keys, body.delay)
+    answer = ReleaseResponse(released=list(outcome.done), missing=list(outcome.missing))
+    return Response(answer.model_dump_json(), media_type="application/json")

@@ -17,8 +17,11 @@ from app.api.schemas import (
     QueueStatsResponse,
     RedriveRequest,
     RedriveResponse,
+    RetryResponse,
+    RetrySettings,
 )
-from app.domain.messages import QueueSettings, QueueStats
+from app.domain.formats import seconds_to_ms
+from app.domain.messages import QueueSettings, QueueStats, RetryPolicy
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
@@ -62,12 +65,32 @@ async def purge_queue(
 
 
 def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueSettingsResponse:
+    retry = settings.retry
     return QueueSettingsResponse(
         queue=settings.queue,
         default_lease=(settings.default_lease_ms or default_lease_ms) / 1000,
         max_deliveries=settings.max_deliveries,
         dead_letter_queue=settings.effective_dead_letter_queue,
+        retry=None
+        if retry is None
+        else RetryResponse(
+            initial_delay=retry.initial_delay_ms / 1000,
+            max_delay=retry.max_delay_ms / 1000,
+            multiplier=retry.multiplier,
+            jitter=retry.jitter,
+        ),
         updated_at=settings.updated_at,
+    )
+
+
+def _retry_policy(retry: RetrySettings | None) -> RetryPolicy | None:
+    if retry is None:
+        return None
+    return RetryPolicy(
+        initial_delay_ms=seconds_to_ms(retry.initial_delay),
+        max_delay_ms=seconds_to_ms(retry.max_delay),
+        multiplier=retry.multiplier,
+        jitter=retry.jitter,
     )
 
 
@@ -82,7 +105,8 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 
 @router.put(
     "/{queue}/settings",
-    summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue",
+    summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue, "
+    "retry delays",
     description="A field left out goes back to its default. Other replicas apply a change "
     "within 5 seconds. A token limited to some queues gets `403` when the queue dead letters "
     "would go to (named, or the default `{queue}.dead`) is outside them.",
@@ -96,6 +120,7 @@ async def put_settings(
         default_lease_seconds=body.default_lease,
         max_deliveries=body.max_deliveries,
         dead_letter_queue=body.dead_letter_queue,
+        retry=_retry_policy(body.retry),
         may_use=allowed,
     )
     return _settings_response(settings, service.default_lease_ms)

@@ -7,9 +7,10 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Table, event
+from sqlalchemy import Table, event, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
@@ -66,6 +67,12 @@ def keep_alive(descriptor: int) -> None:
                 connected.setsockopt(level, getattr(socket, name), value)
 
 
+@cache
+def _keys_of(removal: sql.Removal) -> Select:
+    """The keys `removal` matches."""
+    return select(sql.columns.pKey).where(removal.where)
+
+
 class Connections:
     """How the runner gets a connection for a piece of work: a SQLAlchemy Connection from
     the engine's pool, with the execution options asked for, in one transaction."""
@@ -115,6 +122,8 @@ class Dialect:
     list_reads: sql.ListReads = sql.ListReads()
     # A cron entry's runs, read and deleted as one range of keys in byte order.
     entry_runs: sql.EntryRuns = sql.runs
+    # Some keys of what one lock holds: per-key acknowledge and release.
+    keyed_locks: lease_sql.KeyedLocks = lease_sql.keyed_locks()
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
     # Whether the driver has an asyncio API, so the service can do I/O on its event
@@ -122,6 +131,8 @@ class Dialect:
     has_asyncio_driver = False
     # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
     claims_in_one_statement = False
+    # Whether `removed_keys` is one statement, likewise.
+    removes_keys_in_one_statement = False
 
     def __init__(self, bounds: Bounds | None = None) -> None:
         self.bounds = bounds or Bounds()
@@ -185,6 +196,28 @@ class Dialect:
         the two reads must do better."""
         connection.execute(removal.record, parameters)
         return connection.execute(removal.delete, parameters).rowcount
+
+    def removed_keys(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> list[str]:
+        """Remove what `removal` matches (a few thousand rows at most: the keys it names), in
+        the caller's transaction, recording it in the history when `record`; the keys
+        removed.
+
+        Here the keys are read, then the rows removed: right where writers are
+        serialized (SQLite). A database where another transaction can change the rows
+        between the two must remove and read in one statement."""
+        keys = list(connection.execute(_keys_of(removal), parameters).scalars())
+        if record:
+            self.remove_recorded(connection, removal, parameters)
+        else:
+            connection.execute(removal.delete, parameters)
+        return keys
+
+    def release_due(self, connection: Connection, parameters: dict, due: dict[int, int]) -> None:
+        """Release the rows `due` maps (id → due time; locked and read in this transaction)
+        that the lock ("queue", "lock_id") holds, each due at its time."""
+        lease_sql.release_due(connection, self.keyed_locks.release_rows, parameters, due)
 
     def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool

@@ -179,6 +179,17 @@ class MariaDBDialect(Dialect):
         # ended instead of stepping again over the rows this transaction deleted.
         return self._remove_paged(connection, removal, parameters, record=True)
 
+    def removed_keys(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> list[str]:
+        # DELETE … RETURNING, then the history rows of exactly what it deleted (as in
+        # remove_recorded): reading the keys first would not lock them at READ COMMITTED.
+        # The keys a removal names (at most 1000) fit in one DELETE.
+        gone = connection.execute(self._deleting(removal), parameters).all()
+        if record:
+            self._record(connection, gone, parameters)
+        return [row.pKey for row in gone]
+
     def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> int:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     event,
     func,
     literal_column,
+    null,
     select,
     text,
     true,
@@ -32,7 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement, Executable, Select
-from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.storage import lease_sql, sql
@@ -234,6 +235,49 @@ def _keys_in_queue(**selected: Any) -> Select:
     )
 
 
+def _any_of(column: Any, name: str) -> Any:
+    """`column` is one of the array bound as `name`: one statement text whatever the
+    length of the list (the direct path has no expanding IN)."""
+    return column == func.any(bindparam(name, type_=ARRAY(column.type)))
+
+
+_keyed_locks = lease_sql.keyed_locks(listed=_any_of)
+
+
+@cache
+def _removed_keys(removal: sql.Removal, record: bool) -> Select | ReturningDelete:
+    """Delete what `removal` matches, recording it in the history when `record`, in one
+    statement that returns the keys deleted: nothing can change the rows between."""
+    if not record:
+        return removal.delete.returning(sql.columns.pKey)
+    gone = (
+        delete(queue_table)
+        .where(removal.where)
+        .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        .cte("gone")
+    )
+    recorded = insert_into(delivery_history).from_select(
+        sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c))
+    )
+    return select(gone.c.pKey).add_cte(recorded.cte("recorded"))
+
+
+# A release with each message due at its own time: the rows (read and locked in this
+# transaction) and their times as two arrays, one statement whatever their number.
+_due = (
+    func.unnest(
+        bindparam("ids", type_=ARRAY(BigInteger)), bindparam("ats", type_=ARRAY(BigInteger))
+    )
+    .table_valued("id", "at")
+    .render_derived(name="due")
+)
+_release_due = (
+    update(queue_table)
+    .where(sql.columns.id == _due.c.id, sql.by_lock)
+    .values(scheduledAt=_due.c.at, lockUuid=null())
+)
+
+
 # Plan every execution for its own parameters. psycopg prepares a statement after
 # five runs, and PostgreSQL may then switch to a generic plan built from the
 # table's statistics at that moment: planned while a queue was empty, the
@@ -266,6 +310,8 @@ _entry_runs = sql.entry_runs(
 class PostgreSQLDialect(Dialect):
     name = "postgresql"
     entry_runs = _entry_runs
+    keyed_locks = _keyed_locks
+    removes_keys_in_one_statement = True
     single_statement_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
@@ -403,6 +449,16 @@ class PostgreSQLDialect(Dialect):
             # SQLAlchemy keeps an INSERT's row count only when asked to.
             .execution_options(preserve_rowcount=True)
         )
+
+    def removed_keys(
+        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+    ) -> list[str]:
+        return list(connection.execute(_removed_keys(removal, record), parameters).scalars())
+
+    def release_due(self, connection: Connection, parameters: dict, due: dict[int, int]) -> None:
+        if due:
+            ids, ats = zip(*due.items(), strict=True)
+            connection.execute(_release_due, {**parameters, "ids": list(ids), "ats": list(ats)})
 
     def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
