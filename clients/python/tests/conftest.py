@@ -30,7 +30,7 @@ def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         with running_server(f"sqlite:///{path}") as server:
             yield server
     else:
-        with scratch_database("postgresql", "client") as url, running_server(url) as server:
+        with scratch_database(request.param, "client") as url, running_server(url) as server:
             yield server
 
 
