@@ -117,7 +117,7 @@ class _Engine:
         self._slot_freed = asyncio.Event()
         self._settle_needed = asyncio.Event()
         self._closing = False
-        self._running: dict[asyncio.Task[None], _Held] = {}
+        self._running: set[asyncio.Task[None]] = set()
         self._held: dict[str, _Held] = {}
         self._acks: dict[str, list[str]] = {}
         self._releases: dict[tuple[str, float | None], list[str]] = {}
@@ -195,8 +195,8 @@ class _Engine:
                 self.client.poll(self.queue, max=free, wait=self.wait, lease=self.lease)
             )
             if not await self._until_stopping(poll):
-                # Stopping: a waiting poll is cut short (the service leases nothing for a
-                # poll whose caller hung up); one that answered meanwhile is given back.
+                # Stopping: a waiting poll is cut short (the service stops waiting for a
+                # caller that hung up); one that answered meanwhile is given back.
                 poll.cancel()
                 await asyncio.wait([poll])
                 if not poll.cancelled() and poll.exception() is None:
@@ -254,11 +254,11 @@ class _Engine:
         for message in lease.messages:
             held.running.add(message.key)
             task = asyncio.create_task(self._run(message, held))
-            self._running[task] = held
+            self._running.add(task)
             task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        self._running.discard(task)
         self._slot_freed.set()
 
     # Handling
