@@ -47,7 +47,7 @@ class Options:
     """How a client reaches the service; `Worker` builds its own client from these."""
 
     url: str = DEFAULT_URL
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # kept out of logs
     timeout: float = 10.0
     retries: int = 3
     max_retry_wait: float = 30.0
