@@ -200,7 +200,7 @@ class Dialect:
     def removed_keys(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> list[str]:
-        """Remove what `removal` matches (a few thousand rows at most: the keys it names), in
+        """Remove what `removal` matches (at most the 1000 keys it names, one row each), in
         the caller's transaction, recording it in the history when `record`; the keys
         removed.
 
