@@ -1,0 +1,566 @@
+"""Workers: poll a queue, run a handler per message with bounded concurrency, keep the
+leases while handlers run, acknowledge each message that succeeds and release each that
+fails; on SIGTERM or SIGINT, drain and stop.
+
+`Worker` runs a plain function in a pool of threads, `AsyncWorker` a coroutine function
+as tasks. Both share one engine on an event loop (the calling thread's, for
+`Worker.run`): the polls, lease extensions, acknowledgements and releases are
+its requests, so a stop can cut a waiting poll short and a slow handler holds up
+nothing but its own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from hourglass_client.client import AsyncClient, Client, Options
+from hourglass_client.errors import (
+    BadRequest,
+    Forbidden,
+    HourglassError,
+    Invalid,
+    NotFound,
+    Unauthorized,
+)
+from hourglass_client.models import DeliveredMessage, Lease, Seconds, seconds
+
+logger = logging.getLogger("hourglass_client.worker")
+
+Handler = Callable[[DeliveredMessage], object]
+AsyncHandler = Callable[[DeliveredMessage], Awaitable[object]]
+
+# A poll failing with these will fail again the same way: the worker stops.
+_FATAL = (BadRequest, Unauthorized, Forbidden, NotFound, Invalid)
+# The longest pause between polls after failures (they double from 1 s).
+_MAX_POLL_BACKOFF = 30.0
+# Polls that wait less than this for a message (`wait`) come this far apart while
+# nothing is due.
+_IDLE_PAUSE = 1.0
+# A lease is extended when a third of it has passed, so two extensions in a row
+# may fail (a slow answer, a 503) before it runs out.
+_EXTEND_EVERY = 1 / 3
+
+
+class Retry(Exception):
+    """Raise from a handler to give its message back without an error being logged as one:
+    due again after `delay` seconds, or, without a delay, when the queue's `retry`
+    setting says (at once when it has none)."""
+
+    def __init__(self, delay: Seconds | None = None, reason: str = "") -> None:
+        super().__init__(reason or "retry")
+        self.delay = None if delay is None else seconds(delay)
+        self.reason = reason
+
+
+def _one_line(text: str) -> str:
+    """`text` fit for a log line of its own (a line break shown as `\\n`)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _described(error: BaseException) -> str:
+    return _one_line(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+
+
+@dataclass
+class _Held:
+    """One poll's lock, while this worker holds any of its messages."""
+
+    lock_id: str
+    keys: set[str]  # not yet acknowledged or released
+    running: set[str] = field(default_factory=set)  # handlers still running
+    keeper: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Counts:
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    released_unstarted: int = 0
+    lost: int = 0
+
+
+class _Engine:
+    """The loop both workers run: poll for free slots, handle, keep leases, settle, drain."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        queue: str,
+        handle: Callable[[DeliveredMessage], Awaitable[object]],
+        *,
+        concurrency: int,
+        lease: float,
+        wait: float,
+        log: logging.Logger,
+    ) -> None:
+        self.client = client
+        self.queue = queue
+        self.handle = handle
+        self.concurrency = concurrency
+        self.lease = lease
+        self.wait = wait
+        self.log = log
+        self.counts = _Counts()
+        self.fatal: HourglassError | None = None
+        self.stopping = asyncio.Event()
+        self.abandoning = False
+        self._slot_freed = asyncio.Event()
+        self._settle_needed = asyncio.Event()
+        self._closing = False
+        self._running: set[asyncio.Task[None]] = set()
+        self._held: dict[str, _Held] = {}
+        self._acks: dict[str, list[str]] = {}
+        self._releases: dict[tuple[str, float | None], list[str]] = {}
+
+    def stop(self, why: str = "asked to") -> None:
+        """Stop polling and drain (again: nothing more)."""
+        if self.stopping.is_set():
+            return
+        running = len(self._running)
+        waiting = (
+            f"waiting for {running} running handler(s) to finish" if running else "none running"
+        )
+        self.log.info("stopping (%s): no more polls; %s", why, waiting)
+        self.stopping.set()
+
+    def signalled(self, name: str) -> None:
+        """A SIGTERM or SIGINT: the first stops, the second gives the running messages back
+        now, for another worker, and stops without waiting for them."""
+        if not self.stopping.is_set():
+            self.stop(name)
+        elif not self.abandoning:
+            self.log.warning(
+                "stopping now (%s again): releasing %d running message(s) for another worker",
+                name,
+                len(self._running),
+            )
+            self.abandoning = True
+            for task in self._running:
+                task.cancel()
+
+    async def run(self) -> None:
+        self.log.info(
+            "worker started: queue %r at %s, concurrency %d, lease %g s",
+            self.queue,
+            self.client.options.url,
+            self.concurrency,
+            self.lease,
+        )
+        settler = asyncio.create_task(self._settle_loop())
+        try:
+            await self._poll_loop()
+            if self._running:
+                await asyncio.wait(list(self._running))
+        finally:
+            self._closing = True
+            self._settle_needed.set()
+            await settler
+            for held in list(self._held.values()):
+                if held.keeper is not None:
+                    held.keeper.cancel()
+        counts = self.counts
+        self.log.info(
+            "worker stopped: %d done, %d failed, %d retried, %d released unstarted, %d leases lost",
+            counts.done,
+            counts.failed,
+            counts.retried,
+            counts.released_unstarted,
+            counts.lost,
+        )
+        if self.fatal is not None:
+            raise self.fatal
+
+    # Polling
+
+    async def _poll_loop(self) -> None:
+        failures = 0
+        while not self.stopping.is_set():
+            free = min(self.concurrency - len(self._running), 1000)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._until_stopping(self._slot_freed.wait())
+                continue
+            started = asyncio.get_running_loop().time()
+            poll = asyncio.ensure_future(
+                self.client.poll(self.queue, max=free, wait=self.wait, lease=self.lease)
+            )
+            if not await self._until_stopping(poll):
+                # Stopping: a waiting poll is cut short (the service stops waiting for a
+                # caller that hung up); one that answered meanwhile is given back.
+                poll.cancel()
+                await asyncio.wait([poll])
+                if not poll.cancelled() and poll.exception() is None:
+                    self._take(poll.result(), started, free)
+                return
+            try:
+                lease = poll.result()
+            except _FATAL as error:
+                self.log.error("poll failed: %s; stopping", _described(error))
+                self.fatal = error
+                self.stopping.set()
+                return
+            except HourglassError as error:
+                failures += 1
+                pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
+                self.log.warning("poll failed: %s; polling again in %g s", _described(error), pause)
+                await self._until_stopping(asyncio.sleep(pause))
+                continue
+            failures = 0
+            if not lease.messages and self.wait < _IDLE_PAUSE:
+                # Nothing due and a poll that does not wait: do not ask again at once.
+                await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
+            self._take(lease, started, free)
+
+    async def _until_stopping(self, awaitable: Awaitable[Any]) -> bool:
+        """Wait for `awaitable` or a stop, whichever comes first: True when it finished."""
+        task = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if task.done():
+            return True
+        if not isinstance(awaitable, asyncio.Future):
+            task.cancel()  # ours to cancel; a caller's future is the caller's
+        return False
+
+    def _take(self, lease: Lease, started: float, asked: int) -> None:
+        """Start a handler for each message of `lease` (or, when stopping, give them back)."""
+        if lease.lock_id is None or not lease.messages:
+            return
+        self.log.debug(
+            "polled %d message(s) under lock %s (asked for %d)", len(lease), lease.lock_id, asked
+        )
+        held = _Held(lease.lock_id, set(lease.keys))
+        self._held[lease.lock_id] = held
+        held.keeper = asyncio.create_task(self._keep(held, started))
+        if self.stopping.is_set():
+            self.counts.released_unstarted += len(lease.messages)
+            self.log.info(
+                "released %d message(s) polled as the worker stopped, unstarted",
+                len(lease.messages),
+            )
+            self._settle(held, lease.keys, release=True, delay=0.0)
+            return
+        for message in lease.messages:
+            held.running.add(message.key)
+            task = asyncio.create_task(self._run(message, held))
+            self._running.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slot_freed.set()
+
+    # Handling
+
+    async def _run(self, message: DeliveredMessage, held: _Held) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        where = f"{message.key!r} (delivery {message.deliveries})"
+        try:
+            await self.handle(message)
+        except Retry as retry:
+            self.counts.retried += 1
+            when = "when the queue's retry says" if retry.delay is None else f"in {retry.delay:g} s"
+            reason = f": {_one_line(retry.reason)}" if retry.reason else ""
+            self.log.info("retry %s%s; due again %s", where, reason, when)
+            self._settle(held, [message.key], release=True, delay=retry.delay)
+        except asyncio.CancelledError:
+            # Stopping now (a second signal): another worker takes it at once.
+            self._settle(held, [message.key], release=True, delay=0.0)
+        except Exception as error:
+            self.counts.failed += 1
+            self.log.warning(
+                "failed %s after %.0f ms: %s; released, due again when the queue's retry says",
+                where,
+                (loop.time() - began) * 1000,
+                _described(error),
+            )
+            self.log.debug("traceback of %s", where, exc_info=error)
+            self._settle(held, [message.key], release=True, delay=None)
+        else:
+            self.counts.done += 1
+            self.log.info("done %s in %.0f ms", where, (loop.time() - began) * 1000)
+            self._settle(held, [message.key], release=False)
+        finally:
+            held.running.discard(message.key)
+
+    # Leases
+
+    async def _keep(self, held: _Held, started: float) -> None:
+        """Extend the lock's lease while this worker holds any of its messages."""
+        loop = asyncio.get_running_loop()
+        next_at = started + self.lease * _EXTEND_EVERY
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if not held.keys:
+                return
+            sent = loop.time()
+            try:
+                await self.client.extend(self.queue, held.lock_id, self.lease)
+            except NotFound:
+                if held.running:
+                    self.counts.lost += len(held.running)
+                    self.log.warning(
+                        "lease lost: lock %s holds nothing any more; %d running message(s) "
+                        "will be delivered again",
+                        held.lock_id,
+                        len(held.running),
+                    )
+                return
+            except HourglassError as error:
+                self.log.warning("could not extend lock %s: %s", held.lock_id, _described(error))
+                next_at = loop.time() + min(1.0, self.lease * _EXTEND_EVERY)
+                continue
+            next_at = sent + self.lease * _EXTEND_EVERY
+
+    # Settling: acknowledgements and releases, batched per lock
+
+    def _settle(
+        self, held: _Held, keys: list[str], *, release: bool, delay: float | None = None
+    ) -> None:
+        if release:
+            self._releases.setdefault((held.lock_id, delay), []).extend(keys)
+        else:
+            self._acks.setdefault(held.lock_id, []).extend(keys)
+        self._settle_needed.set()
+
+    async def _settle_loop(self) -> None:
+        """Send what finished handlers left to settle, a request per lock (and delay); what
+        finishes while one is sent goes in the next (so busy workers send fewer)."""
+        while True:
+            await self._settle_needed.wait()
+            self._settle_needed.clear()
+            acks, self._acks = self._acks, {}
+            releases, self._releases = self._releases, {}
+            await asyncio.gather(
+                *(self._acknowledge(lock_id, keys) for lock_id, keys in acks.items()),
+                *(
+                    self._release(lock_id, keys, delay)
+                    for (lock_id, delay), keys in releases.items()
+                ),
+            )
+            if self._closing and not self._acks and not self._releases:
+                return
+
+    async def _acknowledge(self, lock_id: str, keys: list[str]) -> None:
+        try:
+            result = await self.client.ack_keys(self.queue, lock_id, keys)
+        except HourglassError as error:
+            self.log.error(
+                "could not acknowledge %d message(s) of lock %s: %s; they will be delivered again",
+                len(keys),
+                lock_id,
+                _described(error),
+            )
+        else:
+            for key in result.missing:
+                self.log.warning(
+                    "acknowledged %r too late: its lease was lost (taken by another poll, or "
+                    "the message was updated); it may be delivered again",
+                    key,
+                )
+        self._done_with(lock_id, keys)
+
+    async def _release(self, lock_id: str, keys: list[str], delay: float | None) -> None:
+        try:
+            await self.client.release_keys(self.queue, lock_id, keys, delay=delay)
+        except HourglassError as error:
+            self.log.error(
+                "could not release %d message(s) of lock %s: %s; they come back when the "
+                "lease ends",
+                len(keys),
+                lock_id,
+                _described(error),
+            )
+        self._done_with(lock_id, keys)
+
+    def _done_with(self, lock_id: str, keys: list[str]) -> None:
+        held = self._held.get(lock_id)
+        if held is None:
+            return
+        held.keys.difference_update(keys)
+        if not held.keys:
+            del self._held[lock_id]
+            if held.keeper is not None:
+                held.keeper.cancel()
+
+
+def _check(concurrency: int, lease: Seconds, wait: Seconds) -> tuple[float, float]:
+    if not 1 <= concurrency <= 1000:
+        raise ValueError(f"concurrency must be 1–1000, not {concurrency}")
+    if not 1 <= seconds(lease) <= 43200:
+        raise ValueError(f"lease must be 1–43200 seconds, not {seconds(lease)}")
+    if not 0 <= seconds(wait) <= 20:
+        raise ValueError(f"wait must be 0–20 seconds, not {seconds(wait)}")
+    return seconds(lease), seconds(wait)
+
+
+class _Signals:
+    """SIGTERM and SIGINT stop the engine while it runs (main thread only)."""
+
+    def __init__(self, engine: _Engine, enabled: bool) -> None:
+        self.engine = engine
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if self.enabled:
+            loop = asyncio.get_running_loop()
+            for number in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(number, self.engine.signalled, signal.Signals(number).name)
+
+    def __exit__(self, *_: object) -> None:
+        if self.enabled:
+            loop = asyncio.get_running_loop()
+            for number in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(number)
+
+
+class AsyncWorker:
+    """Runs `handler` (a coroutine function) on each message of `queue`, at most
+    `concurrency` at a time.
+
+    Each poll asks for as many messages as there are free slots, leased for `lease`
+    seconds and extended while their handlers run. A handler that returns acknowledges
+    its message; one that raises releases it: due again as the queue's `retry`
+    setting says, or after the delay of a `Retry` it raised. `run()` returns after a
+    stop (`stop()`, SIGTERM or SIGINT): polling stops, running handlers finish,
+    messages held but not started are released. A second stop releases the running
+    messages too and returns at once.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        queue: str,
+        handler: AsyncHandler,
+        *,
+        concurrency: int = 10,
+        lease: Seconds = 30.0,
+        wait: Seconds = 20.0,
+        logger: logging.Logger = logger,
+    ) -> None:
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError("AsyncWorker runs coroutine functions; use Worker for a plain one")
+        self.client = client
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease, self.wait = _check(concurrency, lease, wait)
+        self.logger = logger
+        self._engine: _Engine | None = None
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Work until stopped; raises the poll's error when the service refuses it for good
+        (a bad token or queue name), after draining."""
+        self._engine = engine = _Engine(
+            self.client,
+            self.queue,
+            self.handler,
+            concurrency=self.concurrency,
+            lease=self.lease,
+            wait=self.wait,
+            log=self.logger,
+        )
+        with _Signals(engine, handle_signals):
+            await engine.run()
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether a second signal stopped it without waiting for running handlers."""
+        return self._engine is not None and self._engine.abandoning
+
+    def stop(self) -> None:
+        """Stop (from the worker's event loop): as SIGTERM does."""
+        if self._engine is not None:
+            self._engine.stop()
+
+
+class Worker:
+    """Runs `handler` (a plain function) on each message of `queue` in a pool of
+    `concurrency` threads; otherwise as `AsyncWorker`.
+
+    `client` is a `Client` (the worker reaches the service as it does), a URL, or None
+    for HOURGLASS_URL. `run()` blocks until a stop; it installs SIGTERM and SIGINT
+    handlers when called from the main thread. `stop()` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        client: Client | str | None,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 10,
+        lease: Seconds = 30.0,
+        wait: Seconds = 20.0,
+        token: str | None = None,
+        logger: logging.Logger = logger,
+    ) -> None:
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("Worker runs plain functions; use AsyncWorker for a coroutine one")
+        if isinstance(client, Client):
+            self.options = client.options
+        else:
+            self.options = Options.of(client, token)
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease, self.wait = _check(concurrency, lease, wait)
+        self.logger = logger
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._engine: _Engine | None = None
+        self._stop_asked = threading.Event()
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Work until stopped; see `AsyncWorker.run`."""
+        asyncio.run(self._run(handle_signals))
+
+    async def _run(self, handle_signals: bool) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="hourglass-handler")
+
+        async def in_thread(message: DeliveredMessage) -> object:
+            return await loop.run_in_executor(pool, partial(self.handler, message))
+
+        try:
+            async with AsyncClient.from_options(self.options) as client:
+                self._engine = engine = _Engine(
+                    client,
+                    self.queue,
+                    in_thread,
+                    concurrency=self.concurrency,
+                    lease=self.lease,
+                    wait=self.wait,
+                    log=self.logger,
+                )
+                if self._stop_asked.is_set():
+                    engine.stop()
+                with _Signals(engine, handle_signals):
+                    await engine.run()
+        finally:
+            # After a second stop, handlers may still run in their threads: not waited for.
+            pool.shutdown(wait=not self.abandoned)
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether a second signal stopped it without waiting for running handlers (their
+        threads may still run; `hourglass-worker` exits without them)."""
+        return self._engine is not None and self._engine.abandoning
+
+    def stop(self) -> None:
+        """Stop, from any thread: as SIGTERM does."""
+        self._stop_asked.set()
+        loop, engine = self._loop, self._engine
+        if loop is not None and engine is not None:
+            loop.call_soon_threadsafe(engine.stop)

@@ -1,0 +1,253 @@
+"""Every /v1 operation through `Client` and `AsyncClient` against a real server: typed
+results, aware times, errors as exceptions with the problem's fields."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from hourglass_client import (
+    CronEntry,
+    DeliveredMessage,
+    Invalid,
+    Lease,
+    Message,
+    NotFound,
+    Offer,
+    OfferResult,
+    QueueSettings,
+    QueueStats,
+    RetryPolicy,
+    TooLarge,
+)
+
+FRIDAY = datetime(2031, 11, 28, 9, 0, tzinfo=timezone(timedelta(hours=2)))
+
+
+def test_offer_update_ignore_get_and_delete(api, queue):
+    created = api.offer(queue, "user-42/friday", {"text": "hi"}, scheduled_at=FRIDAY)
+    assert created == OfferResult(queue, "user-42/friday", "created", FRIDAY.astimezone(UTC))
+    assert created.scheduled_at.tzinfo is UTC
+
+    again = api.offer(queue, "user-42/friday", {"text": "hi"}, scheduled_at=FRIDAY)
+    assert again.outcome == "ignored"
+    kept = api.offer(queue, "user-42/friday", {"text": "new"}, delay=60, if_exists="ignore")
+    assert kept.outcome == "ignored" and kept.scheduled_at == FRIDAY  # the stored time
+    updated = api.update(queue, "user-42/friday", {"text": "new"}, delay=timedelta(hours=1))
+    assert updated.outcome == "updated"
+
+    message = api.get(queue, "user-42/friday")
+    assert isinstance(message, Message)
+    assert (message.queue, message.key, message.payload) == (
+        queue,
+        "user-42/friday",
+        {"text": "new"},
+    )
+    assert message.state == "scheduled" and message.deliveries == 0
+    assert timedelta(minutes=59) < message.scheduled_at - datetime.now(UTC) <= timedelta(hours=1)
+    assert message.scheduled_at == message.scheduled_at_initially
+
+    api.delete(queue, "user-42/friday")
+    with pytest.raises(NotFound) as missing:
+        api.get(queue, "user-42/friday")
+    assert missing.value.status == 404
+    assert missing.value.type == "urn:hourglass:problem:message-not-found"
+    assert missing.value.title == "Not Found" and missing.value.detail
+    with pytest.raises(NotFound):
+        api.delete(queue, "user-42/friday")
+    with pytest.raises(NotFound):
+        api.update(queue, "user-42/friday", 1)
+
+
+def test_create_makes_up_a_key(api, queue):
+    result = api.create(queue, [1, 2, 3])
+    assert result.outcome == "created" and result.key
+    assert api.get(queue, result.key).payload == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "key", ["a/b/c", "100%", "a?b#c", "with space", "..", ".", "ü/€", "%2F", "a//b"]
+)
+def test_keys_reach_the_service_as_they_are(hourglass, queue, key):
+    hourglass.offer(queue, key, key)
+    assert hourglass.get(queue, key).payload == key
+    assert [message.key for message in hourglass.iter_messages(queue)] == [key]
+    hourglass.delete(queue, key)
+
+
+def test_rejections_raise_with_the_problem(api, queue):
+    with pytest.raises(Invalid) as invalid:
+        api.offer("not a queue!", "k", 1)
+    assert invalid.value.status == 422 and invalid.value.problem["errors"]
+    with pytest.raises(TooLarge) as too_large:
+        api.offer(queue, "k", "x" * 300_000)
+    assert too_large.value.status == 413
+    assert api.stats(queue).messages == 0  # nothing written
+    with pytest.raises(ValueError, match="time zone"):
+        api.offer(queue, "k", 1, scheduled_at=datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="not both"):
+        api.offer(queue, "k", 1, scheduled_at=FRIDAY, delay=5)
+
+
+def test_offer_many_sends_batches_of_a_thousand(api, queue):
+    offers = [Offer(f"k{index:05}", index, scheduled_at=FRIDAY) for index in range(2500)]
+    result = api.offer_many(queue, offers)
+    assert (result.created, result.updated, result.ignored) == (2500, 0, 0)
+    assert [outcome.key for outcome in result.results] == [offer.key for offer in offers]
+    again = api.offer_many(queue, offers[:3] + [Offer("k00003", "changed", delay=60)])
+    assert (again.created, again.updated, again.ignored) == (0, 1, 3)
+    assert api.stats(queue).messages == 2500
+
+
+def test_poll_extend_ack_and_release(api, queue):
+    for key in "abc":
+        api.offer(queue, key, key)
+    lease = api.poll(queue, max=2, lease=30)
+    assert isinstance(lease, Lease) and lease.lock_id and len(lease) == 2
+    first = lease.messages[0]
+    assert isinstance(first, DeliveredMessage)
+    assert first.lock_id == lease.lock_id and first.delivery == "first" and not first.redelivery
+    assert first.state == "leased" and first.deliveries == 1
+    assert (
+        timedelta(seconds=25) < first.lease_expires_at - datetime.now(UTC) <= timedelta(seconds=30)
+    )
+
+    expires = api.extend(queue, lease.lock_id, timedelta(minutes=10))
+    assert timedelta(minutes=9) < expires - datetime.now(UTC) <= timedelta(minutes=10)
+    assert api.release(queue, lease.lock_id, delay=0) is True
+    assert api.release(queue, lease.lock_id) is False  # holds nothing any more
+    with pytest.raises(NotFound):
+        api.extend(queue, lease.lock_id, 30)
+
+    again = api.poll(queue, max=10)
+    assert sorted(again.keys) == ["a", "b", "c"]
+    assert {m.key: m.delivery for m in again.messages} == {
+        "a": "redelivery",
+        "b": "redelivery",
+        "c": "first",
+    }
+    assert api.ack(queue, again.lock_id) is True
+    assert api.ack(queue, again.lock_id) is False  # acknowledged already: no error
+    assert api.stats(queue).messages == 0
+
+
+def test_a_long_poll_waits_past_the_clients_timeout(service, queue):
+    from hourglass_client import Client
+
+    with Client(service.url, timeout=0.5) as client:
+        began = time.monotonic()
+        lease = client.poll(queue, wait=1.5)
+        assert lease == Lease(None, []) and time.monotonic() - began >= 1.4
+
+
+def test_queues_stats_and_purge(api, queue):
+    api.offer(queue, "now", 1)
+    api.offer(queue, "later", 2, delay=3600)
+    stats = api.stats(queue)
+    assert isinstance(stats, QueueStats)
+    assert (stats.messages, stats.ready, stats.scheduled, stats.leased) == (2, 1, 1, 0)
+    assert stats.oldest_ready_at is not None and stats.next_scheduled_at is not None
+    assert queue in {entry.queue for entry in api.queues()}
+    assert api.purge(queue) == 2
+    assert api.stats(queue) == QueueStats(queue, 0, 0, 0, 0, None, None)
+
+
+def test_settings_dead_letters_and_redrive(api, queue):
+    settings = api.put_settings(queue, max_deliveries=1, default_lease=timedelta(minutes=2))
+    assert isinstance(settings, QueueSettings)
+    assert (settings.default_lease, settings.max_deliveries) == (120, 1)
+    assert settings.dead_letter_queue == f"{queue}.dead" and settings.updated_at is not None
+    assert api.get_settings(queue) == settings
+
+    api.offer(queue, "poison", {"bad": True})
+    first = api.poll(queue)
+    assert api.release(queue, first.lock_id, delay=0)
+    assert api.poll(queue).lock_id is None  # its second delivery would pass the limit
+    dead = api.get(f"{queue}.dead", "poison")
+    assert dead.dead_lettered_from == queue
+
+    moved = api.redrive(f"{queue}.dead")
+    assert (moved.moved, moved.skipped, moved.forbidden) == (1, 0, 0)
+    assert api.get(queue, "poison").deliveries == 0
+    reset = api.put_settings(queue)
+    assert reset.max_deliveries is None and reset.default_lease != 120
+
+
+def test_cron_install_list_get_and_uninstall(api, queue):
+    installed = api.install_cron(
+        queue, "nightly/sales", {"report": "sales"}, daily=["02:00"], timezone="Europe/Bucharest"
+    )
+    assert installed.outcome == "created" and len(installed.next_runs) == 5
+    assert all(run.tzinfo is UTC and run.hour in (0, 23) for run in installed.next_runs)
+    assert (
+        api.install_cron(
+            queue,
+            "nightly/sales",
+            {"report": "sales"},
+            daily=["02:00"],
+            timezone="Europe/Bucharest",
+        ).outcome
+        == "unchanged"
+    )
+    api.install_cron(queue, "every-minute", None, every=timedelta(minutes=1))
+
+    entries = api.cron_entries(queue)
+    assert sorted(entry.name for entry in entries) == ["every-minute", "nightly/sales"]
+    assert all(isinstance(entry, CronEntry) for entry in entries)
+    after = datetime(2027, 3, 26, 12, tzinfo=UTC)
+    entry = api.get_cron(queue, "nightly/sales", after=after, count=3)
+    assert entry.daily == ["02:00"] and entry.config_hash == installed.config_hash
+    assert [run.isoformat() for run in entry.next_runs] == [
+        "2027-03-27T00:00:00+00:00",
+        "2027-03-28T00:00:00+00:00",
+        "2027-03-28T23:00:00+00:00",  # summer time (UTC+3) from 28 March, 04:00
+    ]
+
+    api.uninstall_cron(queue, "nightly/sales")
+    with pytest.raises(NotFound):
+        api.get_cron(queue, "nightly/sales")
+    with pytest.raises(NotFound):
+        api.uninstall_cron(queue, "nightly/sales")
+
+
+def test_lists_and_history_page_by_page(api, queue):
+    api.offer_many(queue, [Offer(f"m{index:03}", index) for index in range(120)])
+    page = api.list_messages(queue, limit=50)
+    assert len(page.items) == 50 and page.next is not None
+    walked = [message.key for message in api.iter_messages(queue, page_size=50)]
+    assert sorted(walked) == [f"m{index:03}" for index in range(120)]
+    assert len(set(walked)) == 120
+    by_prefix = api.list_messages(queue, prefix="m11", state="ready")
+    assert [message.key for message in by_prefix.items] == [f"m11{d}" for d in range(10)]
+
+    lease = api.poll(queue, max=120)
+    assert api.ack(queue, lease.lock_id)
+    history = list(api.iter_history(queue, page_size=40))
+    assert sorted(entry.key for entry in history) == sorted(walked)
+    assert {(entry.outcome, entry.deliveries) for entry in history} == {("acknowledged", 1)}
+    one = api.history(queue, key="m007", outcome="acknowledged")
+    assert [entry.key for entry in one.items] == ["m007"] and one.next is None
+    assert one.items[0].finished_at >= one.items[0].first_delivered_at
+
+
+def test_acknowledge_and_release_some_keys_of_a_lock(api, queue):
+    for key in "abc":
+        api.offer(queue, key, key)
+    lease = api.poll(queue, max=3)
+    acknowledged = api.ack_keys(queue, lease.lock_id, ["a", "never"])
+    assert (acknowledged.acknowledged, acknowledged.missing) == (["a"], ["never"])
+    released = api.release_keys(queue, lease.lock_id, ["b", "a"], delay=timedelta(hours=1))
+    assert (released.released, released.missing) == (["b"], ["a"])
+    assert api.get(queue, "b").state == "scheduled"
+    assert api.get(queue, "c").state == "leased"  # the others stay leased
+    assert api.ack(queue, lease.lock_id) is True
+    assert api.stats(queue).messages == 1
+
+
+def test_a_queues_retry_setting(api, queue):
+    policy = RetryPolicy(initial_delay=10, max_delay=3600, multiplier=3, jitter=0.25)
+    assert api.put_settings(queue, retry=policy).retry == policy
+    assert api.get_settings(queue).retry == policy
+    assert api.put_settings(queue).retry is None

@@ -1,0 +1,273 @@
+"""Workers against a real server: leases kept while handlers run, each message settled on
+its own (§10), bounded concurrency, and a stop that leaves nothing held."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hourglass_client import (
+    AsyncClient,
+    AsyncWorker,
+    Client,
+    Invalid,
+    NotFound,
+    Retry,
+    RetryPolicy,
+    Worker,
+)
+
+WAIT = 30  # seconds any wait on an event may take before the test fails
+
+
+@contextmanager
+def working(worker: Worker) -> Iterator[list[BaseException]]:
+    """`worker` running on a thread; stopped, and drained, on the way out."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(handle_signals=False)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield errors
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+class Countdown:
+    """Set once `count` calls have been counted."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.lock = threading.Lock()
+        self.reached = threading.Event()
+
+    def tick(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left <= 0:
+                self.reached.set()
+
+
+def history_of(hourglass: Client, queue: str, key: str) -> list[tuple[str, int]]:
+    return [(entry.outcome, entry.deliveries) for entry in hourglass.history(queue, key=key).items]
+
+
+def test_a_handler_three_times_the_lease_keeps_its_message(hourglass, queue):
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(message):
+        started.set()
+        assert finish.wait(WAIT)
+
+    hourglass.offer(queue, "slow", {"n": 1})
+    with working(Worker(hourglass, queue, handler, lease=1, wait=1)):
+        assert started.wait(WAIT)
+        # Another worker's poll waits 3.5 leases: it would get the message the moment
+        # its lease lapsed.
+        assert hourglass.poll(queue, wait=3.5).lock_id is None
+        assert hourglass.get(queue, "slow").state == "leased"
+        finish.set()
+    with pytest.raises(NotFound):
+        hourglass.get(queue, "slow")
+    assert history_of(hourglass, queue, "slow") == [("acknowledged", 1)]
+
+
+def test_each_message_of_a_poll_is_settled_on_its_own(hourglass, queue):
+    for key in ["ok-1", "ok-2", "fails-once", "later"]:
+        hourglass.offer(queue, key, key)
+    calls = Countdown(5)
+    locks: dict[str, set[str]] = {}
+
+    def handler(message):
+        locks.setdefault(message.key, set()).add(message.lock_id)
+        calls.tick()
+        if message.key == "fails-once" and message.deliveries == 1:
+            raise ValueError("no\nnot yet")
+        if message.key == "later":
+            raise Retry(timedelta(hours=1), "the partner's API is down")
+
+    with working(Worker(hourglass, queue, handler, concurrency=4)):
+        assert calls.reached.wait(WAIT)
+    # One poll took all four (the free slots); each was settled on its own.
+    assert len({lock for key in ["ok-1", "ok-2", "later"] for lock in locks[key]}) == 1
+    assert history_of(hourglass, queue, "ok-1") == [("acknowledged", 1)]
+    assert history_of(hourglass, queue, "ok-2") == [("acknowledged", 1)]
+    assert history_of(hourglass, queue, "fails-once") == [("acknowledged", 2)]
+    assert len(locks["fails-once"]) == 2
+    later = hourglass.get(queue, "later")
+    assert later.state == "scheduled" and later.deliveries == 1
+    due_in = later.scheduled_at - datetime.now(UTC)
+    assert timedelta(minutes=59) < due_in <= timedelta(hours=1)
+
+
+def test_the_queues_retry_setting_decides_when_a_failure_is_due(hourglass, queue):
+    hourglass.put_settings(queue, retry=RetryPolicy(initial_delay=600, max_delay=600))
+    hourglass.offer(queue, "boom", 1)
+    failed = threading.Event()
+
+    def handler(message):
+        failed.set()
+        raise RuntimeError("boom")
+
+    with working(Worker(hourglass, queue, handler)):
+        assert failed.wait(WAIT)
+    message = hourglass.get(queue, "boom")
+    assert message.state == "scheduled" and message.deliveries == 1
+    assert timedelta(minutes=9) < message.scheduled_at - datetime.now(UTC) <= timedelta(minutes=10)
+
+
+def test_a_slow_or_failing_handler_never_blocks_the_others(hourglass, queue):
+    hourglass.offer(queue, "slow", 0, scheduled_at=datetime(2020, 1, 1, tzinfo=UTC))  # first
+    for index in range(6):
+        hourglass.offer(queue, f"fast-{index}", index)
+    slow_started, release_slow = threading.Event(), threading.Event()
+    fast_done = Countdown(7)  # six, and the one that fails once again
+
+    def handler(message):
+        if message.key == "slow":
+            slow_started.set()
+            assert release_slow.wait(WAIT)
+            return
+        fast_done.tick()
+        if message.key == "fast-3" and message.deliveries == 1:
+            raise ValueError("fails once")
+
+    with working(Worker(hourglass, queue, handler, concurrency=2)):
+        assert slow_started.wait(WAIT)
+        assert fast_done.reached.wait(WAIT)  # all through the one other slot
+        assert hourglass.get(queue, "slow").state == "leased"
+        release_slow.set()
+    assert hourglass.stats(queue).messages == 0
+
+
+def test_polls_ask_for_the_free_slots_and_no_more_run_at_once(hourglass, queue, caplog):
+    hourglass.offer_many(queue, [_offer(f"m{index}") for index in range(9)])
+    first_three = threading.Barrier(3, timeout=WAIT)
+    lock = threading.Lock()
+    running: list[int] = [0, 0]  # now, most at once
+    done = Countdown(9)
+
+    def handler(message):
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        if message.key in {"m0", "m1", "m2"}:
+            first_three.wait()  # three run at once...
+        with lock:
+            running[0] -= 1
+        done.tick()
+
+    caplog.set_level(logging.DEBUG, logger="hourglass_client.worker")
+    with working(Worker(hourglass, queue, handler, concurrency=3)):
+        assert done.reached.wait(WAIT)
+    assert running[1] == 3  # ... and never more
+    asked = [record.args[2] for record in caplog.records if record.msg.startswith("polled")]
+    got = [record.args[0] for record in caplog.records if record.msg.startswith("polled")]
+    assert asked[0] == 3 and got[0] == 3 and max(asked) <= 3
+    assert sum(got) == 9
+
+
+def test_a_refused_poll_stops_the_worker_with_its_error(hourglass):
+    with pytest.raises(Invalid):
+        Worker(hourglass, "not a queue!", lambda message: None).run(handle_signals=False)
+
+
+def test_log_lines_are_one_line_each(hourglass, queue, caplog):
+    hourglass.offer(queue, "boom", 1)
+    failed = threading.Event()
+
+    def handler(message):
+        failed.set()
+        raise Retry(3600, "line one\nline two")
+
+    caplog.set_level(logging.INFO, logger="hourglass_client.worker")
+    with working(Worker(hourglass, queue, handler)):
+        assert failed.wait(WAIT)
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("worker started" in line for line in lines)
+    assert any("'boom' (delivery 1)" in line and "in 3600 s" in line for line in lines)
+    assert any("worker stopped" in line for line in lines)
+    # A reason spread over lines is still logged on one.
+    [retried] = [line for line in lines if line.startswith("retry 'boom'")]
+    assert "line one\\nline two" in retried and "\n" not in retried
+
+
+def _offer(key: str):
+    from hourglass_client import Offer
+
+    return Offer(key, key)
+
+
+# The asyncio worker
+
+
+def test_the_async_worker_keeps_leases_and_settles_each_message(service, queue):
+    async def main() -> None:
+        async with AsyncClient(service.url) as hourglass:
+            for key in ["slow", "fails", "fine"]:
+                await hourglass.offer(queue, key, key)
+            slow_started, finish = asyncio.Event(), asyncio.Event()
+
+            async def handler(message):
+                if message.key == "slow":
+                    slow_started.set()
+                    await finish.wait()
+                elif message.key == "fails":
+                    raise Retry(3600)
+
+            worker = AsyncWorker(hourglass, queue, handler, lease=1, wait=1)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            await asyncio.wait_for(slow_started.wait(), WAIT)
+            assert (await hourglass.poll(queue, wait=3.5)).lock_id is None
+            finish.set()
+            worker.stop()
+            await asyncio.wait_for(running, WAIT)
+
+            assert (await hourglass.get(queue, "fails")).state == "scheduled"
+            finished = [entry.key async for entry in hourglass.iter_history(queue)]
+            assert sorted(finished) == ["fine", "slow"]
+
+    asyncio.run(main())
+
+
+def test_a_stop_while_a_poll_answers_gives_back_what_it_did_not_start(service, queue):
+    handled: list[str] = []
+
+    async def handler(message):
+        handled.append(message.key)
+
+    class StopsAsItPolls(AsyncClient):
+        async def poll(self, *arguments, **keywords):
+            lease = await super().poll(*arguments, **keywords)
+            worker.stop()  # the stop comes as the answer does
+            return lease
+
+    async def main() -> None:
+        nonlocal worker
+        async with StopsAsItPolls(service.url) as hourglass:
+            await hourglass.offer(queue, "a", 1)
+            await hourglass.offer(queue, "b", 2)
+            worker = AsyncWorker(hourglass, queue, handler)
+            await asyncio.wait_for(worker.run(handle_signals=False), WAIT)
+
+    worker: AsyncWorker
+    asyncio.run(main())
+    assert handled == []
+    with Client(service.url) as hourglass:
+        for key in ["a", "b"]:
+            message = hourglass.get(queue, key)
+            assert message.state == "ready" and message.deliveries == 1
