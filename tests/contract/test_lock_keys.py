@@ -3,7 +3,6 @@ database: what the lock still holds goes, anything else is `missing` and unchang
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -124,7 +123,8 @@ def test_a_repeated_key_counts_once_where_it_first_appears(client):
     }
 
 
-@pytest.mark.parametrize("lock_id", ["not-a-lock", str(uuid.uuid4())])
+# A fixed id: test ids must be the same in every pytest-xdist process.
+@pytest.mark.parametrize("lock_id", ["not-a-lock", "0b6f1c9e-2d7a-4f43-9a51-7c3e8d2f6a10"])
 def test_a_lock_that_holds_nothing_answers_every_key_missing(client, lock_id):
     offer_and_poll(client, ["a"])
     assert acked(client, lock_id, ["a"]) == {"acknowledged": [], "missing": ["a"]}
