@@ -57,11 +57,20 @@ def test_invalid_offer_bodies_are_422(client, clean_database, body):
         "/v1/queues/q/messages/tab%09in",
         "/v1/queues/q/messages/nel%C2%85in",  # U+0085 is a C1 control character
         "/v1/queues/q/messages/",
+        # A line feed once matched no route (404), or at the end was dropped ("k").
+        "/v1/queues/q/messages/line%0Afeed",
+        "/v1/queues/q/messages/k%0A",
+        "/v1/queues/q%0A/messages/k",
     ],
 )
 def test_invalid_names_are_422(client, clean_database, path):
     _assert_problem(client.put(path, json={"payload": 1}), 422)
     assert stored_rows(clean_database.url) == []
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_cron_entry_name_with_a_line_feed_is_422(client, method):
+    _assert_problem(client.request(method, "/v1/queues/q/cron/line%0Afeed"), 422)
 
 
 def test_malformed_json_is_422(client, clean_database):
