@@ -33,7 +33,7 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
     errors.InvalidSettings: (422, "invalid-settings"),
-    errors.InvalidCursor: (422, "invalid-cursor"),
+    errors.CursorNotFound: (404, "cursor-not-found"),
     errors.QueueForbidden: (403, "forbidden"),
     errors.StorageUnavailable: (503, "database-unavailable"),
 }

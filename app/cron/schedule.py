@@ -26,9 +26,14 @@ from cronsim import CronSim, CronSimError
 from app.domain.cron import HASH_LENGTH
 from app.domain.formats import from_epoch_ms, to_epoch_ms
 
-_DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+DAILY_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+# The shape of a 5-field expression, as the schema states it; cronsim judges the rest
+# (values in range, ranges forward, a day that some month has).
+CRON_EXPRESSION_PATTERN = r"^[ \t]*[0-9A-Za-z*,/#-]+([ \t]+[0-9A-Za-z*,/#-]+){4}[ \t]*$"
+_DAILY_TIME = re.compile(DAILY_TIME_PATTERN)
 # Runs are printable instants (years 0001-9999) whose local day exists in every zone:
-# a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
+# a daily schedule looks a day back, and a zone is up to 14 hours off UTC. So runs fall
+# after the first of these and at the latest on the second.
 EARLIEST_AFTER_MS = to_epoch_ms(datetime(1, 1, 3, tzinfo=UTC))
 LATEST_RUN_MS = to_epoch_ms(datetime(9999, 12, 30, tzinfo=UTC))
 # Cron expressions and daily times run on whole minutes, at least a minute apart.
@@ -117,13 +122,16 @@ def next_runs(
     """The instants (epoch ms) the schedule runs strictly after `after`, in order.
 
     Stops at `until` (inclusive) or after `count` runs, whichever comes first;
-    one of them must be given. No run falls after LATEST_RUN_MS (9999-12-30 UTC):
-    after that, and from any later `after`, there are none.
+    one of them must be given. Runs fall after EARLIEST_AFTER_MS (0001-01-03 UTC):
+    from an earlier `after`, the first is the first after that. No run falls after
+    LATEST_RUN_MS (9999-12-30 UTC): after that, and from any later `after`, there
+    are none.
     """
     if until is None and count is None:
         raise ValueError("give until or count")
-    if after < EARLIEST_AFTER_MS:
-        raise InvalidSchedule("after must be 0001-01-03T00:00:00Z or later")
+    # Any printable `after` has its runs, as the schema promises: the first days of
+    # year 1 have none (as the last of year 9999), rather than no answer.
+    after = max(after, EARLIEST_AFTER_MS)
     runs: list[int] = []
     last = after
     for run in _runs_after(schedule, after):

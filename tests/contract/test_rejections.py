@@ -169,7 +169,7 @@ def test_request_over_the_limit_is_413_with_or_without_content_length(clean_data
         {"max": 0},
         {"max": 1001},
         {"max": "5"},
-        {"max": 2.0},
+        {"max": 2.5},
         {"wait": -1},
         {"wait": 21},
         {"wait": "1"},
@@ -183,6 +183,19 @@ def test_invalid_poll_bodies_are_422(client, body):
     put(client, "q", "k", 1)
     _assert_problem(client.post("/v1/queues/q/poll", json=body), 422)
     assert client.get("/v1/queues/q/messages/k").json()["state"] == "ready"
+
+
+def test_a_whole_number_written_with_a_fraction_is_an_integer(client):
+    # JSON Schema's `integer` (what openapi.yaml says `max` is) takes 2.0, and so do
+    # some clients' encoders write a whole float: the service takes it as 2.
+    put(client, "q", "a", 1)
+    put(client, "q", "b", 2)
+    put(client, "q", "c", 3)
+    answer = client.post(
+        "/v1/queues/q/poll", content=b'{"max": 2.0}', headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["messages"]) == 2
 
 
 def test_invalid_extend_and_release_bodies_are_422(client):

@@ -321,9 +321,10 @@ def test_a_skipped_day_is_crossed():
 
 
 @pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "0001-01-02T23:59:59+00:00"])
-def test_previews_before_the_third_day_of_year_1_are_refused(after):
-    with pytest.raises(InvalidSchedule):
-        next_runs(Schedule(daily=("02:00",)), ms(after), count=1)
+def test_runs_begin_on_the_third_day_of_year_1(after):
+    # As none fall after 9999-12-30: every printable `after` has an answer.
+    runs = next_runs(Schedule(daily=("02:00",)), ms(after), count=2)
+    assert [iso(run) for run in runs] == ["0001-01-03T02:00:00+00:00", "0001-01-04T02:00:00+00:00"]
 
 
 # -- the end of time (issue 14) -------------------------------------------------------
