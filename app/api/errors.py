@@ -14,7 +14,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
+from app.cron.schedule import CRON_EXPRESSION_PATTERN
 from app.domain import errors
+from app.domain.formats import RFC3339_PATTERN
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +107,27 @@ async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
     return domain_problem(error)
 
 
+# Patterns too long to read in an error (they say in full what openapi.yaml allows),
+# and what they stand for.
+_PATTERN_WORDS = {
+    RFC3339_PATTERN: "an RFC 3339 time with seconds and a zone (Z or an offset), "
+    "in years 0001-9999 also in UTC, e.g. 2026-11-26T09:00:00Z",
+    CRON_EXPRESSION_PATTERN: "a 5-field cron expression (minute hour day month weekday, "
+    "each in its range), e.g. 0 2 * * 1-5",
+}
+
+
+def _message(item: Mapping[str, Any]) -> str:
+    pattern = (item.get("ctx") or {}).get("pattern")
+    if item["type"] == "string_pattern_mismatch" and pattern in _PATTERN_WORDS:
+        return f"should be {_PATTERN_WORDS[pattern]}"
+    return str(item["msg"])
+
+
 async def _validation_error(_request: Request, error: Exception) -> ProblemResponse:
     assert isinstance(error, RequestValidationError)
     details = [
-        {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
+        {"loc": list(item["loc"]), "msg": _message(item), "type": item["type"]}
         for item in error.errors()
     ]
     summary = "; ".join(f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in details)

@@ -485,9 +485,10 @@ class CronInstallRequest(_Request):
     cron: str | None = Field(
         None,
         pattern=CRON_EXPRESSION_PATTERN,
-        description="A 5-field cron expression, e.g. `0 2 * * *` (fields apart by spaces or "
-        "tabs; numbers, names such as `MON` or `JAN`, `*`, `,`, `-`, `/`, `L`, `W`, `#`); "
-        "one no day matches (`0 0 30 2 *`) or with a range backwards (`5-3`) is `422`",
+        description="A 5-field cron expression, e.g. `0 2 * * 1-5`: minute, hour, day of the "
+        "month (or `L`, `LW`), month (or `JAN`…), weekday (0-7 or `SUN`…, `5L`, `MON#2`), "
+        "apart by spaces or tabs; `*`, lists, ranges and steps. One with a range backwards "
+        "(`5-3`) or a day no month has (`0 0 30 2 *`) is `422`",
     )
     every: Number | None = Field(
         None,

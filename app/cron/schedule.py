@@ -27,10 +27,47 @@ from app.domain.cron import HASH_LENGTH
 from app.domain.formats import from_epoch_ms, to_epoch_ms
 
 DAILY_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-# The shape of a 5-field expression, as the schema states it; cronsim judges the rest
-# (values in range, ranges forward, a day that some month has).
-CRON_EXPRESSION_PATTERN = r"^[ \t]*[0-9A-Za-z*,/#-]+([ \t]+[0-9A-Za-z*,/#-]+){4}[ \t]*$"
 _DAILY_TIME = re.compile(DAILY_TIME_PATTERN)
+
+
+def _cron_expression_pattern() -> str:
+    """The 5-field expressions cronsim reads, field by field, as a JSON Schema pattern.
+
+    Its grammar (cronsim's Field.parse): a field is terms apart by `,`; a term is `*`, a
+    value or a range `a-b` of values, each maybe stepped (`/n`, n >= 1); values are
+    numbers in the field's range (any leading zeros) or, for months and weekdays, names
+    in any case; a day of the month may be `L` or `LW`, a weekday `nL` or `value#n`
+    (n 1-5). What no pattern can say is left to cronsim: a range forward (`5-1` is
+    refused) and a day some month has (`0 0 30 2 *`). Fields are apart by spaces or tabs.
+    """
+
+    def any_case(word: str) -> str:
+        return "".join(f"[{letter.upper()}{letter.lower()}]" for letter in word)
+
+    def names(words: str) -> str:
+        return "".join(f"|{any_case(word)}" for word in words.split())
+
+    def field(number: str, words: str = "", bases: str = "", terms: str = "") -> str:
+        value = f"(?:{number}{names(words)})"
+        base = f"(?:\\*|{value}(?:-{value})?{bases})"
+        term = f"(?:{base}(?:/0*[1-9][0-9]*)?{terms})"
+        return f"{term}(?:,{term})*"
+
+    months = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC"
+    weekdays = "SUN MON TUE WED THU FRI SAT"
+    weekday = f"(?:0*[0-7]{names(weekdays)})"
+    fields = (
+        field("0*[1-5]?[0-9]"),  # minute
+        field("0*(?:1?[0-9]|2[0-3])"),  # hour
+        field("0*(?:[1-9]|[12][0-9]|3[01])", bases=f"|{any_case('LW')}|{any_case('L')}"),
+        field("0*(?:[1-9]|1[0-2])", months),
+        field("0*[0-7]", weekdays, terms=f"|0*[0-7]{any_case('L')}|{weekday}#0*[1-5]"),
+    )
+    return "^[ \\t]*" + "[ \\t]+".join(fields) + "[ \\t]*$"
+
+
+# A cron expression as the schema states it (and the service checks first).
+CRON_EXPRESSION_PATTERN = _cron_expression_pattern()
 # Runs are printable instants (years 0001-9999) whose local day exists in every zone:
 # a daily schedule looks a day back, and a zone is up to 14 hours off UTC. So runs fall
 # after the first of these and at the latest on the second.

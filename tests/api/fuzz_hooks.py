@@ -35,8 +35,8 @@ FORESEEN: dict[str, list[tuple[int, str, str]]] = {
         (422, "invalid-settings", "would be longer than"),
     ],
     "PUT /v1/queues/{queue}/cron/{name}": [
-        # What a cron expression means: values in range, ranges forward, a day some
-        # month has (the schema states its shape).
+        # A cron expression's range backwards (5-1) or a day no month has (30 of
+        # February): the schema states every field, not how they compare.
         (422, "invalid-request", "invalid cron expression"),
         # Names the service's time zone database knows, which vary with its version.
         (422, "invalid-request", "unknown time zone"),

@@ -53,7 +53,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
 
 
 @router.put(
-    "/{name:text}",
+    "/{name:path}",
     status_code=status.HTTP_201_CREATED,
     response_model=CronInstallResponse,
     summary="Install a recurring schedule; its runs become ordinary messages of the queue",
@@ -87,7 +87,7 @@ async def list_entries(queue: QueueName, cron: Cron) -> Response:
 
 
 @router.get(
-    "/{name:text}",
+    "/{name:path}",
     response_model=CronEntryResponse,
     summary="One cron entry, with its next `count` runs after `after`",
     responses=problem_responses(404, 422, 503),
@@ -117,7 +117,7 @@ async def get_entry(
 
 
 @router.delete(
-    "/{name:text}",
+    "/{name:path}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Uninstall: delete the entry and its runs not yet delivered",
     responses=problem_responses(404, 422, 503),

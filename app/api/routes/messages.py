@@ -39,7 +39,7 @@ def _offer_response(result: OfferResult) -> OfferResponse:
 
 
 @router.put(
-    "/messages/{key:text}",
+    "/messages/{key:path}",
     status_code=status.HTTP_201_CREATED,
     summary="Offer a message: create it, or update or ignore it when the key exists",
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
@@ -63,7 +63,7 @@ async def put_message(
 
 
 @router.post(
-    "/messages/{key:text}",
+    "/messages/{key:path}",
     summary="Update an existing message (never creates one)",
     responses=problem_responses(404, 413, 422, 503),
 )
@@ -115,7 +115,7 @@ async def list_messages(
 
 
 @router.get(
-    "/messages/{key:text}",
+    "/messages/{key:path}",
     response_model=MessageResponse,
     summary="Read a message",
     responses=problem_responses(404, 422, 503),
@@ -126,7 +126,7 @@ async def get_message(queue: QueueName, key: MessageKey, service: Service) -> Re
 
 
 @router.delete(
-    "/messages/{key:text}",
+    "/messages/{key:path}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete a message, leased or not",
     responses=problem_responses(404, 422, 503),
