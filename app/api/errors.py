@@ -12,8 +12,11 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount
 
+from app.cron.schedule import CRON_EXPRESSION_PATTERN
 from app.domain import errors
+from app.domain.formats import RFC3339_PATTERN
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ _DOMAIN_ERRORS: dict[type[errors.HourglassError], tuple[int, str]] = {
     errors.PayloadTooLarge: (413, "payload-too-large"),
     errors.PurgeNotConfirmed: (400, "purge-not-confirmed"),
     errors.InvalidSettings: (422, "invalid-settings"),
-    errors.InvalidCursor: (422, "invalid-cursor"),
+    errors.CursorNotFound: (404, "cursor-not-found"),
     errors.QueueForbidden: (403, "forbidden"),
     errors.StorageUnavailable: (503, "database-unavailable"),
 }
@@ -104,10 +107,27 @@ async def _domain_error(request: Request, error: Exception) -> ProblemResponse:
     return domain_problem(error)
 
 
+# Patterns too long to read in an error (they say in full what openapi.yaml allows),
+# and what they stand for.
+_PATTERN_WORDS = {
+    RFC3339_PATTERN: "an RFC 3339 time with seconds and a zone (Z or an offset), "
+    "in years 0001-9999 also in UTC, e.g. 2026-11-26T09:00:00Z",
+    CRON_EXPRESSION_PATTERN: "a 5-field cron expression (minute hour day month weekday, "
+    "each in its range), e.g. 0 2 * * 1-5",
+}
+
+
+def _message(item: Mapping[str, Any]) -> str:
+    pattern = (item.get("ctx") or {}).get("pattern")
+    if item["type"] == "string_pattern_mismatch" and pattern in _PATTERN_WORDS:
+        return f"should be {_PATTERN_WORDS[pattern]}"
+    return str(item["msg"])
+
+
 async def _validation_error(_request: Request, error: Exception) -> ProblemResponse:
     assert isinstance(error, RequestValidationError)
     details = [
-        {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
+        {"loc": list(item["loc"]), "msg": _message(item), "type": item["type"]}
         for item in error.errors()
     ]
     summary = "; ".join(f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in details)
@@ -116,7 +136,7 @@ async def _validation_error(_request: Request, error: Exception) -> ProblemRespo
     )
 
 
-async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
+async def _http_error(request: Request, error: Exception) -> ProblemResponse:
     assert isinstance(error, HTTPException)
     if error.status_code == 400 and error.__cause__ is not None:
         # FastAPI's answer when the JSON parser itself gives up (nesting too deep,
@@ -124,14 +144,40 @@ async def _http_error(_request: Request, error: Exception) -> ProblemResponse:
         return problem(
             422, "the request body is not JSON this service can read", slug="invalid-request"
         )
+    if error.status_code == 405 and (allow := _allow(request)):
+        # Starlette's Allow names the methods of the first route whose path matched;
+        # a path is often served by several (GET and DELETE of a message are two routes).
+        return problem_from(error, headers={**(error.headers or {}), "Allow": allow})
     return problem_from(error)
 
 
-def problem_from(error: HTTPException) -> ProblemResponse:
-    """The problem+json answer for `error` (of its own type when it is a ProblemError)."""
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allow(request: Request) -> str:
+    """Every method a route of the app serves at the request's path, for a 405's Allow
+    (empty when only a mount serves it: a mount answers its own 405s)."""
+    # Each method is tried as the router would try it: FastAPI nests the routes of an
+    # included router in one route of the app, whose match speaks for all of them.
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    )
+
+
+def problem_from(error: HTTPException, headers: Mapping[str, str] | None = None) -> ProblemResponse:
+    """The problem+json answer for `error` (of its own type when it is a ProblemError);
+    `headers` in place of its own."""
     detail = error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
     return problem(
-        error.status_code, detail, slug=getattr(error, "slug", None), headers=error.headers
+        error.status_code,
+        detail,
+        slug=getattr(error, "slug", None),
+        headers=error.headers if headers is None else headers,
     )
 
 

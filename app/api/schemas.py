@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from fastapi import Path, Query
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -22,7 +23,14 @@ from pydantic import (
     model_validator,
 )
 
-from app.cron.schedule import MAX_EVERY_SECONDS, MIN_EVERY_SECONDS, InvalidSchedule, Schedule
+from app.cron.schedule import (
+    CRON_EXPRESSION_PATTERN,
+    DAILY_TIME_PATTERN,
+    MAX_EVERY_SECONDS,
+    MIN_EVERY_SECONDS,
+    InvalidSchedule,
+    Schedule,
+)
 from app.cron.service import MAX_LOOKAHEAD_MS
 from app.domain.cron import InstallOutcome
 from app.domain.formats import (
@@ -36,7 +44,7 @@ from app.domain.formats import (
     seconds_to_ms,
 )
 from app.domain.messages import Finish, IfExists, Outcome, State, When
-from app.domain.pages import MAX_PAGE
+from app.domain.pages import CURSOR_PATTERN, MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 
 MAX_LEASE_SECONDS = 12 * 3600
@@ -51,6 +59,7 @@ MAX_WAIT_SECONDS = 20
 MAX_LOCK_KEYS = MAX_POLL
 # Retry delays grow by at most this factor per delivery.
 MAX_RETRY_MULTIPLIER = 100
+MAX_DELIVERIES_LIMIT = 1000
 
 QueueName = Annotated[
     str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
@@ -83,9 +92,12 @@ PageLimit = Annotated[
 Cursor = Annotated[
     str | None,
     Query(
-        # A key of 200 characters of 4 UTF-8 bytes each, escaped in JSON and base64: ~1.1 KB.
+        # base64url without padding, as app/domain/pages.py writes them. A key of 200
+        # characters of 4 UTF-8 bytes each, escaped in JSON and base64: ~1.1 KB.
+        pattern=CURSOR_PATTERN,
         max_length=2048,
-        description="The `next` of the previous page; omit it for the first page",
+        description="The `next` of the previous page; omit it for the first page. "
+        "One this list did not hand out names no page: `404`",
     ),
 ]
 
@@ -99,7 +111,27 @@ Timestamp = Annotated[
 ]
 # JSON numbers only: "60" or true must not pass for a number of seconds.
 Number = Annotated[float, Strict()]
-Integer = Annotated[int, Strict()]
+
+
+def _whole_number(value: object) -> object:
+    # JSON Schema's `integer` is any number without a fraction, so 69.0 is one (and some
+    # JSON encoders write whole floats so): take it as 69. Strings and booleans stay out.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# A JSON integer within bounds. The bounds come before the conversion so that the
+# schema shows them (pydantic cannot read bounds placed after a validator).
+PollMax = Annotated[int, Strict(), Field(ge=1, le=MAX_POLL), BeforeValidator(_whole_number)]
+MaxDeliveries = Annotated[
+    int, Strict(), Field(ge=1, le=MAX_DELIVERIES_LIMIT), BeforeValidator(_whole_number)
+]
+RedriveMax = Annotated[int, Strict(), Field(ge=1), BeforeValidator(_whole_number)]
+# What the time pattern allows, in words.
+TIMES = (
+    "years 0001-9999, in UTC too: on 0001-01-01 no offset ahead of UTC, on 9999-12-31 none behind"
+)
 RFC3339 = Annotated[
     str,
     Field(pattern=RFC3339_PATTERN, json_schema_extra={"format": "date-time"}),
@@ -118,10 +150,22 @@ class _Request(BaseModel):
 
 
 class _Scheduled(_Request):
+    # `delay` and `scheduled_at` exclude each other: the schema says so, so that a
+    # request the schema allows is one the service takes (a null is as if left out).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["delay", "scheduled_at"],
+                "properties": {"delay": {"type": "number"}, "scheduled_at": {"type": "string"}},
+            }
+        }
+    )
+
     payload: Payload = Field(description=ANY_PAYLOAD)
     scheduled_at: RFC3339 | None = Field(
         None,
-        description="When the message is due: RFC 3339 with a zone (Z or an offset); may be in the past",
+        description="When the message is due: RFC 3339 with a zone (Z or an offset), "
+        f"{TIMES}; may be in the past",
     )
     delay: Number | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the message is due"
@@ -166,10 +210,8 @@ class BatchRequest(_Request):
 
 
 class PollRequest(_Request):
-    max: Integer = Field(
+    max: PollMax = Field(
         1,
-        ge=1,
-        le=MAX_POLL,
         description="At most this many messages; fewer when more would take the answer past "
         "the server's HOURGLASS_MAX_POLL_BYTES (the first due message always comes)",
     )
@@ -334,9 +376,6 @@ class PurgeResponse(BaseModel):
     deleted: int
 
 
-MAX_DELIVERIES_LIMIT = 1000
-
-
 class RetrySettings(_Request):
     """A queue's retry delays: a message released without a `delay` after its n-th delivery
     is due again after `min(max_delay, initial_delay × multiplier^(n−1))`, spread uniformly
@@ -381,10 +420,8 @@ class QueueSettingsRequest(_Request):
         description="Seconds a poll leases messages for when it names no lease "
         "(default: the service's HOURGLASS_DEFAULT_LEASE)",
     )
-    max_deliveries: Integer | None = Field(
+    max_deliveries: MaxDeliveries | None = Field(
         None,
-        ge=1,
-        le=MAX_DELIVERIES_LIMIT,
         description="Deliveries a message gets; due again after the last, it moves to the "
         "dead-letter queue (default: no limit)",
     )
@@ -412,9 +449,10 @@ class RedriveRequest(_Request):
     to: str | None = Field(
         None,
         pattern=QUEUE_PATTERN,
-        description="Move every message here (default: each back to the queue it came from)",
+        description="Move every message here (default: each back to the queue it came from); "
+        "this queue itself moves nothing (every key is taken there: skipped)",
     )
-    max: Integer | None = Field(None, ge=1, description="At most this many (default: all)")
+    max: RedriveMax | None = Field(None, description="At most this many (default: all)")
 
 
 class RedriveResponse(BaseModel):
@@ -432,16 +470,40 @@ class RedriveResponse(BaseModel):
 class CronInstallRequest(_Request):
     """Body of `PUT …/cron/{name}`: exactly one of `cron`, `every` and `daily`."""
 
+    # Exactly one schedule, in the schema too (a null is as if left out).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+                {"required": ["every"], "properties": {"every": {"type": "number"}}},
+                {"required": ["daily"], "properties": {"daily": {"type": "array"}}},
+            ]
+        }
+    )
+
     payload: Payload = Field(description=f"{ANY_PAYLOAD}: every run carries it")
-    cron: str | None = Field(None, description="A 5-field cron expression, e.g. `0 2 * * *`")
+    cron: str | None = Field(
+        None,
+        pattern=CRON_EXPRESSION_PATTERN,
+        description="A 5-field cron expression, e.g. `0 2 * * 1-5`: minute, hour, day of the "
+        "month (or `L`, `LW`), month (or `JAN`…), weekday (0-7 or `SUN`…, `5L`, `MON#2`), "
+        "apart by spaces or tabs; `*`, lists, ranges and steps. One with a range backwards "
+        "(`5-3`) or a day no month has (`0 0 30 2 *`) is `422`",
+    )
     every: Number | None = Field(
         None,
         ge=MIN_EVERY_SECONDS,
         le=MAX_EVERY_SECONDS,
         description="Seconds between runs, on multiples of the period since the epoch",
     )
-    daily: list[str] | None = Field(None, min_length=1, description='Local times, `["HH:MM", …]`')
-    timezone: str = Field("UTC", description="IANA time zone the schedule is read in")
+    daily: list[Annotated[str, Field(pattern=DAILY_TIME_PATTERN)]] | None = Field(
+        None, min_length=1, description='Local times, `["HH:MM", …]` (00:00-23:59)'
+    )
+    timezone: str = Field(
+        "UTC",
+        description="IANA time zone the schedule is read in; a name the service's time zone "
+        "database does not know is `422`",
+    )
     lookahead: Number | None = Field(
         None,
         gt=0,

@@ -26,9 +26,51 @@ from cronsim import CronSim, CronSimError
 from app.domain.cron import HASH_LENGTH
 from app.domain.formats import from_epoch_ms, to_epoch_ms
 
-_DAILY_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+DAILY_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+_DAILY_TIME = re.compile(DAILY_TIME_PATTERN)
+
+
+def _cron_expression_pattern() -> str:
+    """The 5-field expressions cronsim reads, field by field, as a JSON Schema pattern.
+
+    Its grammar (cronsim's Field.parse): a field is terms apart by `,`; a term is `*`, a
+    value or a range `a-b` of values, each maybe stepped (`/n`, n >= 1); values are
+    numbers in the field's range (any leading zeros) or, for months and weekdays, names
+    in any case; a day of the month may be `L` or `LW`, a weekday `nL` or `value#n`
+    (n 1-5). What no pattern can say is left to cronsim: a range forward (`5-1` is
+    refused) and a day some month has (`0 0 30 2 *`). Fields are apart by spaces or tabs.
+    """
+
+    def any_case(word: str) -> str:
+        return "".join(f"[{letter.upper()}{letter.lower()}]" for letter in word)
+
+    def names(words: str) -> str:
+        return "".join(f"|{any_case(word)}" for word in words.split())
+
+    def field(number: str, words: str = "", bases: str = "", terms: str = "") -> str:
+        value = f"(?:{number}{names(words)})"
+        base = f"(?:\\*|{value}(?:-{value})?{bases})"
+        term = f"(?:{base}(?:/0*[1-9][0-9]*)?{terms})"
+        return f"{term}(?:,{term})*"
+
+    months = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC"
+    weekdays = "SUN MON TUE WED THU FRI SAT"
+    weekday = f"(?:0*[0-7]{names(weekdays)})"
+    fields = (
+        field("0*[1-5]?[0-9]"),  # minute
+        field("0*(?:1?[0-9]|2[0-3])"),  # hour
+        field("0*(?:[1-9]|[12][0-9]|3[01])", bases=f"|{any_case('LW')}|{any_case('L')}"),
+        field("0*(?:[1-9]|1[0-2])", months),
+        field("0*[0-7]", weekdays, terms=f"|0*[0-7]{any_case('L')}|{weekday}#0*[1-5]"),
+    )
+    return "^[ \\t]*" + "[ \\t]+".join(fields) + "[ \\t]*$"
+
+
+# A cron expression as the schema states it (and the service checks first).
+CRON_EXPRESSION_PATTERN = _cron_expression_pattern()
 # Runs are printable instants (years 0001-9999) whose local day exists in every zone:
-# a daily schedule looks a day back, and a zone is up to 14 hours off UTC.
+# a daily schedule looks a day back, and a zone is up to 14 hours off UTC. So runs fall
+# after the first of these and at the latest on the second.
 EARLIEST_AFTER_MS = to_epoch_ms(datetime(1, 1, 3, tzinfo=UTC))
 LATEST_RUN_MS = to_epoch_ms(datetime(9999, 12, 30, tzinfo=UTC))
 # Cron expressions and daily times run on whole minutes, at least a minute apart.
@@ -117,13 +159,16 @@ def next_runs(
     """The instants (epoch ms) the schedule runs strictly after `after`, in order.
 
     Stops at `until` (inclusive) or after `count` runs, whichever comes first;
-    one of them must be given. No run falls after LATEST_RUN_MS (9999-12-30 UTC):
-    after that, and from any later `after`, there are none.
+    one of them must be given. Runs fall after EARLIEST_AFTER_MS (0001-01-03 UTC):
+    from an earlier `after`, the first is the first after that. No run falls after
+    LATEST_RUN_MS (9999-12-30 UTC): after that, and from any later `after`, there
+    are none.
     """
     if until is None and count is None:
         raise ValueError("give until or count")
-    if after < EARLIEST_AFTER_MS:
-        raise InvalidSchedule("after must be 0001-01-03T00:00:00Z or later")
+    # Any printable `after` has its runs, as the schema promises: the first days of
+    # year 1 have none (as the last of year 9999), rather than no answer.
+    after = max(after, EARLIEST_AFTER_MS)
     runs: list[int] = []
     last = after
     for run in _runs_after(schedule, after):

@@ -55,5 +55,5 @@ class StorageUnavailable(HourglassError):
     """The database cannot be reached or did not answer in time; worth retrying."""
 
 
-class InvalidCursor(HourglassError):
-    """A list's `cursor` that no list of this kind handed out."""
+class CursorNotFound(HourglassError):
+    """A list's `cursor` (well formed) that no list of this kind handed out: it names no page."""

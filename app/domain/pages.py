@@ -15,12 +15,15 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.domain.errors import InvalidCursor
+from app.domain.errors import CursorNotFound
 from app.domain.formats import KEY_PATTERN
 from app.domain.messages import Finish, Message
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
+# What a cursor looks like: base64url without padding (encode_cursor). One that does not
+# is invalid input; one that does but that no list handed out names no page.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 
 class ListState(StrEnum):
@@ -131,7 +134,7 @@ def encode_cursor(position: Position) -> str:
 
 
 def decode_cursor(cursor: str, *kinds: type[Position]) -> Position:
-    """The position `cursor` holds, which must be of one of `kinds`; InvalidCursor otherwise."""
+    """The position `cursor` holds, which must be of one of `kinds`; CursorNotFound otherwise."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         kind, *values = json.loads(text)
@@ -147,7 +150,11 @@ def decode_cursor(cursor: str, *kinds: type[Position]) -> Position:
                 raise TypeError(values)
             position = position_type(*values)
     except (ValueError, TypeError, KeyError, binascii.Error, UnicodeError) as error:
-        raise InvalidCursor("the cursor is not one this list handed out") from error
+        raise CursorNotFound(
+            "the cursor names no page: it is not one this list handed out"
+        ) from error
     if not isinstance(position, kinds):
-        raise InvalidCursor("the cursor belongs to another kind of list (another order)")
+        raise CursorNotFound(
+            "the cursor names no page of this list: it belongs to another kind (another order)"
+        )
     return position

@@ -468,10 +468,9 @@ class QueueService:
         """Move dead letters of `queue` back (to `to`, or where each came from), due now.
 
         QueueForbidden when `may_use` refuses `to`; without `to`, a message whose origin
-        it refuses stays, counted as forbidden: the others still move.
+        it refuses stays, counted as forbidden: the others still move. A `to` naming
+        `queue` itself moves nothing: every key is taken there, so every message is skipped.
         """
-        if to == queue:
-            raise InvalidSettings("redrive moves messages to another queue, not into itself")
         if to is not None:
             _check_allowed(may_use, to)
         redrive = await self._run(

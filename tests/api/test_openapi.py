@@ -1,10 +1,13 @@
-"""openapi.yaml at the top of the repository is the app's generated schema, exactly."""
+"""openapi.yaml at the top of the repository is the app's generated schema, exactly; and
+what it says of methods holds."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
+from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
@@ -31,3 +34,20 @@ def test_every_error_is_documented_as_problem_json():
                     )
             if path.startswith("/v1/"):
                 assert "503" in operation["responses"], (method, path)
+
+
+def test_a_method_a_path_does_not_have_is_405_naming_those_it_has():
+    # Every answer 405 carries Allow (RFC 9110), listing every operation of the path, not
+    # only the first route's (a message's GET and DELETE are routes of their own).
+    settings = Settings(database_url="postgresql://root@127.0.0.1:1/none", auto_migrate=False)
+    with TestClient(create_app(settings)) as client:
+        for path, item in client.app.openapi()["paths"].items():
+            documented = {method.upper() for method in item}
+            url = re.sub(r"\{[^}]+\}", "x", path)
+            for method in {"OPTIONS", "PATCH", "PUT", "TRACE"} - documented:
+                response = client.request(method, url)
+                assert response.status_code == 405, (method, path)
+                assert response.headers["content-type"] == "application/problem+json"
+                allowed = set(response.headers["allow"].split(", "))
+                # HEAD comes with GET where Starlette serves it (an implicit method).
+                assert allowed - {"HEAD"} == documented, (method, path, allowed)

@@ -186,12 +186,23 @@ def test_uninstall_leaves_the_run_in_flight_with_its_worker(client, clock, datab
 
 
 @pytest.mark.parametrize(
-    "after", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00", "2026-02-30T00:00:00Z"]
+    "after", ["0000-12-31T00:00:00Z", "0001-01-01T00:00:00+01:00", "2026-02-30T00:00:00Z"]
 )
 def test_a_preview_from_an_impossible_instant_is_422(client, after):
     install(client)
     response = client.get("/v1/queues/reports/cron/nightly/sales", params={"after": after})
     assert response.status_code == 422, response.text
+
+
+@pytest.mark.parametrize("after", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00"])
+def test_a_preview_from_the_first_days_of_year_1_starts_on_the_third(client, after):
+    # openapi.yaml allows any instant of years 0001-9999: each has its runs.
+    install(client)
+    response = client.get(
+        "/v1/queues/reports/cron/nightly/sales", params={"after": after, "count": 2}
+    )
+    assert response.status_code == 200, response.text
+    assert [run[:10] for run in response.json()["next_runs"]] == ["0001-01-03", "0001-01-04"]
 
 
 @pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN"])

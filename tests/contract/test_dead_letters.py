@@ -278,7 +278,7 @@ def test_redrive_leaves_what_it_cannot_move(client, clock):
 
 
 @pytest.mark.parametrize(
-    "body", [{"to": "q.dead"}, {"to": "no spaces"}, {"max": 0}, {"max": "1"}, {"from": "q"}]
+    "body", [{"to": "no spaces"}, {"max": 0}, {"max": "1"}, {"max": 1.5}, {"from": "q"}]
 )
 def test_bad_redrives_are_422_and_move_nothing(client, clock, database, body):
     _dead_letters(client, clock, "a")
@@ -286,6 +286,23 @@ def test_bad_redrives_are_422_and_move_nothing(client, clock, database, body):
     response = client.post("/v1/queues/q.dead/redrive", json=body)
     assert response.status_code == 422, response.text
     assert stored_rows(database.url) == before
+
+
+def test_a_redrive_into_the_queue_itself_skips_every_message(client, clock, database):
+    # The schema cannot say that `to` must differ from the path's queue, so the service
+    # takes it: every key is taken there (by itself), so nothing moves.
+    _dead_letters(client, clock, "a", "b")
+    before = stored_rows(database.url)
+    response = client.post("/v1/queues/q.dead/redrive", json={"to": "q.dead"})
+    assert response.json() == {"moved": 0, "skipped": 2, "forbidden": 0}
+    assert stored_rows(database.url) == before
+
+
+def test_whole_numbers_with_a_fraction_are_integers(client, clock):
+    _dead_letters(client, clock, "a", "b")
+    assert client.post("/v1/queues/q.dead/redrive", json={"max": 1.0}).json()["moved"] == 1
+    response = client.put("/v1/queues/q/settings", json={"max_deliveries": 69.0})
+    assert response.json()["max_deliveries"] == 69
 
 
 def test_an_update_starts_the_count_again(client, clock):

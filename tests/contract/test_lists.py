@@ -180,16 +180,10 @@ def test_a_page_stops_before_its_payloads_pass_the_poll_bound(clean_database, cl
         {"state": "dead"},
         {"prefix": "a\x01"},
         {"prefix": "x" * 201},
+        # Not a cursor's shape (base64url): invalid input.
         {"cursor": "not a cursor"},
-        {"cursor": "W10"},  # "[]"
-        {"cursor": encode_cursor(KeyPosition("k"))},  # a prefix list's, without a prefix
-        {"cursor": encode_cursor(DuePosition(1, 2, 3)), "prefix": "k"},
+        {"cursor": ""},
         {"cursor": "x" * 2049},
-        {"cursor": _raw_cursor('["k","\\ud800"]'), "prefix": "k"},  # no character
-        {"cursor": encode_cursor(KeyPosition("a\x00")), "prefix": "a"},
-        {"cursor": encode_cursor(KeyPosition("")), "prefix": "a"},
-        {"cursor": encode_cursor(DuePosition(2**63, 1, 1))},
-        {"cursor": encode_cursor(DuePosition(1, -1, 1))},
     ],
 )
 def test_bad_list_requests_are_422_problems(client, query):
@@ -201,16 +195,45 @@ def test_bad_list_requests_are_422_problems(client, query):
 @pytest.mark.parametrize(
     "query",
     [
+        {"cursor": "W10"},  # "[]"
+        {"cursor": "x" * 2048},
+        {"cursor": encode_cursor(KeyPosition("k"))},  # a prefix list's, without a prefix
+        {"cursor": encode_cursor(DuePosition(1, 2, 3)), "prefix": "k"},
+        {"cursor": _raw_cursor('["k","\\ud800"]'), "prefix": "k"},  # no character
+        {"cursor": encode_cursor(KeyPosition("a\x00")), "prefix": "a"},
+        {"cursor": encode_cursor(KeyPosition("")), "prefix": "a"},
+        {"cursor": encode_cursor(DuePosition(2**63, 1, 1))},
+        {"cursor": encode_cursor(DuePosition(1, -1, 1))},
+    ],
+)
+def test_a_cursor_no_list_handed_out_names_no_page(client, query):
+    # Any base64url string is a cursor's shape (openapi.yaml): one this kind of list did
+    # not hand out is an identifier of nothing, as an unknown key is.
+    response = client.get("/v1/queues/q/messages", params=query)
+    assert response.status_code == 404, response.text
+    assert response.json()["type"] == "urn:hourglass:problem:cursor-not-found"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
         {"limit": 0},
         {"outcome": "lost"},
         {"key": ""},
-        {"cursor": encode_cursor(KeyPosition("k"))},
         {"cursor": "%%%"},
     ],
 )
 def test_bad_history_requests_are_422_problems(client, query):
     response = client.get("/v1/queues/q/history", params=query)
     assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_a_history_cursor_no_history_handed_out_names_no_page(client):
+    response = client.get(
+        "/v1/queues/q/history", params={"cursor": encode_cursor(KeyPosition("k"))}
+    )
+    assert response.status_code == 404, response.text
     assert response.headers["content-type"] == "application/problem+json"
 
 

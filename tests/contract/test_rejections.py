@@ -57,11 +57,20 @@ def test_invalid_offer_bodies_are_422(client, clean_database, body):
         "/v1/queues/q/messages/tab%09in",
         "/v1/queues/q/messages/nel%C2%85in",  # U+0085 is a C1 control character
         "/v1/queues/q/messages/",
+        # A line feed once matched no route (404), or at the end was dropped ("k").
+        "/v1/queues/q/messages/line%0Afeed",
+        "/v1/queues/q/messages/k%0A",
+        "/v1/queues/q%0A/messages/k",
     ],
 )
 def test_invalid_names_are_422(client, clean_database, path):
     _assert_problem(client.put(path, json={"payload": 1}), 422)
     assert stored_rows(clean_database.url) == []
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_cron_entry_name_with_a_line_feed_is_422(client, method):
+    _assert_problem(client.request(method, "/v1/queues/q/cron/line%0Afeed"), 422)
 
 
 def test_malformed_json_is_422(client, clean_database):
@@ -160,7 +169,7 @@ def test_request_over_the_limit_is_413_with_or_without_content_length(clean_data
         {"max": 0},
         {"max": 1001},
         {"max": "5"},
-        {"max": 2.0},
+        {"max": 2.5},
         {"wait": -1},
         {"wait": 21},
         {"wait": "1"},
@@ -174,6 +183,19 @@ def test_invalid_poll_bodies_are_422(client, body):
     put(client, "q", "k", 1)
     _assert_problem(client.post("/v1/queues/q/poll", json=body), 422)
     assert client.get("/v1/queues/q/messages/k").json()["state"] == "ready"
+
+
+def test_a_whole_number_written_with_a_fraction_is_an_integer(client):
+    # JSON Schema's `integer` (what openapi.yaml says `max` is) takes 2.0, and so do
+    # some clients' encoders write a whole float: the service takes it as 2.
+    put(client, "q", "a", 1)
+    put(client, "q", "b", 2)
+    put(client, "q", "c", 3)
+    answer = client.post(
+        "/v1/queues/q/poll", content=b'{"max": 2.0}', headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["messages"]) == 2
 
 
 def test_invalid_extend_and_release_bodies_are_422(client):

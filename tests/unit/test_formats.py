@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from app.config import Settings, normalize_database_url
 from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
-from app.domain.formats import format_timestamp, to_epoch_ms
+from app.domain.formats import RFC3339_PATTERN, format_timestamp, parse_timestamp, to_epoch_ms
 from app.domain.payloads import MAX_PAYLOAD_DEPTH, encode_payload, nesting_depth
 from app.storage.dialects import for_engine_url
 
@@ -36,6 +37,41 @@ def test_aware_datetimes_become_epoch_milliseconds():
     # Sub-millisecond digits are dropped, also before 1970.
     assert to_epoch_ms(datetime(1970, 1, 1, 0, 0, 0, 999, tzinfo=UTC)) == 0
     assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)) == -1
+
+
+@pytest.mark.parametrize(
+    "date", ["0001-01-01", "0001-01-02", "9999-12-30", "9999-12-31", "2026-02-28"]
+)
+@pytest.mark.parametrize("time", ["00:00:00", "23:59:59.999999"])
+@pytest.mark.parametrize(
+    "zone", ["Z", "z", "+00:00", "-00:00", "+23:59", "-23:59", "+01:00", "-01:00"]
+)
+def test_the_time_pattern_allows_exactly_the_times_that_print_in_utc(date, time, zone):
+    # openapi.yaml states the pattern and the service checks it first: what it allows
+    # must parse, and at the ends of time it refuses only what would not print in UTC
+    # (0001-01-01 ahead of UTC, 9999-12-31 behind it).
+    text = f"{date}T{time}{zone}"
+    try:
+        parse_timestamp(text)
+        parses = True
+    except ValueError:
+        parses = False
+    matches = re.fullmatch(RFC3339_PATTERN, text) is not None
+    if matches:
+        assert parses, text
+    else:
+        assert (date, zone[0]) in {("0001-01-01", "+"), ("9999-12-31", "-")}, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0000-01-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-01-00T00:00:00Z", "2026-13-01T00:00:00Z",
+     "2026-01-32T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T00:60:00Z", "2026-12-31T23:59:60Z",
+     "2026-01-01T00:00:00+24:00", "2026-01-01T00:00Z", "2026-01-01 00:00:00Z", "2026-01-01T00:00:00",
+     "10000-01-01T00:00:00Z"],
+)  # fmt: skip
+def test_the_time_pattern_refuses_fields_out_of_range(text):
+    assert not re.fullmatch(RFC3339_PATTERN, text)
 
 
 def test_payloads_encode_compactly_and_round_trip():

@@ -7,10 +7,11 @@ from bisect import bisect_right
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cron.schedule import (
+    CRON_EXPRESSION_PATTERN,
     LATEST_RUN_MS,
     InvalidSchedule,
     Schedule,
@@ -321,9 +322,10 @@ def test_a_skipped_day_is_crossed():
 
 
 @pytest.mark.parametrize("after", ["0001-01-01T00:00:00+00:00", "0001-01-02T23:59:59+00:00"])
-def test_previews_before_the_third_day_of_year_1_are_refused(after):
-    with pytest.raises(InvalidSchedule):
-        next_runs(Schedule(daily=("02:00",)), ms(after), count=1)
+def test_runs_begin_on_the_third_day_of_year_1(after):
+    # As none fall after 9999-12-30: every printable `after` has an answer.
+    runs = next_runs(Schedule(daily=("02:00",)), ms(after), count=2)
+    assert [iso(run) for run in runs] == ["0001-01-03T02:00:00+00:00", "0001-01-04T02:00:00+00:00"]
 
 
 # -- the end of time (issue 14) -------------------------------------------------------
@@ -450,3 +452,86 @@ def test_no_span_holds_more_runs_than_most_runs_within_says(schedule):
         assert all(
             bisect_right(runs, run - 1 + span) - index <= most for index, run in enumerate(runs)
         )
+
+
+# -- the schema's cron pattern (issue 17) -----------------------------------------------
+
+# Pieces of cron's grammar, in range and not, with the separators between them.
+_CRON_PIECES = (
+    "*", "0", "5", "07", "000", "23", "24", "31", "32", "59", "60", "12", "13", "7", "8",
+    "L", "l", "LW", "lw", "W", "5L", "8L", "1#5", "1#6", "MON#2", "mon", "Jan", "FRI", "jul",
+    "SUN", "XYZ", "?", "*/5", "*/0", "1-5", "5-1", "MON-FRI", "1-5/2", "L/2", "0/1",
+    ",", "-", "/", "#",
+)  # fmt: skip
+
+
+def _cronsim_error(expression: str) -> str | None:
+    try:
+        Schedule(cron=expression)
+    except InvalidSchedule as error:
+        return str(error)
+    return None
+
+
+def _cronsim_reads(expression: str) -> bool:
+    return _cronsim_error(expression) is None
+
+
+_MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+_WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
+
+
+def _forward(expression: str) -> str:
+    """The expression with every range put forward (`5-1` becomes `1-5`)."""
+
+    def number(text: str) -> int:
+        upper = text.upper()
+        if upper in _MONTHS:
+            return _MONTHS.index(upper) + 1
+        return _WEEKDAYS.index(upper) if upper in _WEEKDAYS else int(text)
+
+    def turn(match: re.Match[str]) -> str:
+        low, high = match.group(1), match.group(2)
+        return f"{high}-{low}" if number(low) > number(high) else match.group(0)
+
+    return re.sub(r"([0-9]+|[A-Za-z]{3})-([0-9]+|[A-Za-z]{3})", turn, expression)
+
+
+@settings(max_examples=2000)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(_CRON_PIECES), min_size=1, max_size=3), min_size=5, max_size=5
+    )
+)
+def test_the_schema_s_cron_pattern_takes_every_expression_cronsim_reads(fields):
+    # openapi.yaml states the pattern and the service checks it first: an expression it
+    # refused would be refused by the service, and one cronsim refuses that matches it
+    # must be one no pattern can tell (a range backwards, or a day no month has).
+    expression = " ".join("".join(pieces) for pieces in fields)
+    matches = re.fullmatch(CRON_EXPRESSION_PATTERN, expression) is not None
+    if _cronsim_reads(expression):
+        assert matches, expression
+    elif matches:
+        error = _cronsim_error(_forward(expression))
+        assert error is None or "day-of-month" in error, (expression, error)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["0 2 * * *", "*/15 9-17 * * MON-FRI", "0 0 L * *", "0 0 lw * *", "0 0 * * 5L",
+     "0 0 * * mon#2", "0 0 1,15 * *", "0 0 * JAN-MAR,dec SUN", "00 00 01 01 *",
+     "0 0 L/2 * *", "0 12 * * sun-sat/2", "0-59/7 * * * *", "\t0 2 * * *  "],
+)  # fmt: skip
+def test_expressions_cronsim_reads_match_the_pattern(expression):
+    assert _cronsim_reads(expression)
+    assert re.fullmatch(CRON_EXPRESSION_PATTERN, expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["61 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8", "*/0 * * * *",
+     "0 0 * * 1#6", "0 0 ? * *", "0 0 15W * *", "0 0 * * * *", "0 0 * *", "0\n0 * * *"],
+)  # fmt: skip
+def test_expressions_of_the_wrong_shape_do_not_match_the_pattern(expression):
+    assert not _cronsim_reads(expression) or expression.count(" ") != 4
+    assert not re.fullmatch(CRON_EXPRESSION_PATTERN, expression)

@@ -12,6 +12,7 @@ from app.api.openapi import problem_responses
 from app.api.rendering import json_response, with_payload
 from app.api.schemas import (
     RFC3339_PATTERN,
+    TIMES,
     CronEntryResponse,
     CronInstallRequest,
     CronInstallResponse,
@@ -20,7 +21,6 @@ from app.api.schemas import (
     QueueName,
     parse_timestamp,
 )
-from app.cron.schedule import InvalidSchedule
 from app.cron.service import CronSpec, CronView
 from app.domain.cron import InstallOutcome
 
@@ -98,7 +98,12 @@ async def get_entry(
     cron: Cron,
     after: Annotated[
         str | None,
-        Query(pattern=RFC3339_PATTERN, description="RFC 3339 instant; default: now"),
+        Query(
+            pattern=RFC3339_PATTERN,
+            json_schema_extra={"format": "date-time"},
+            description=f"RFC 3339 instant ({TIMES}); default: now. Runs fall after "
+            "0001-01-03T00:00:00Z and at the latest on 9999-12-30T00:00:00Z",
+        ),
     ] = None,
     count: Annotated[int, Query(ge=1, le=100, description="How many runs to show")] = 5,
 ) -> Response:
@@ -106,13 +111,9 @@ async def get_entry(
     if after is not None:
         try:
             start = parse_timestamp(after)
-        except ValueError as error:
+        except ValueError as error:  # a day its month does not have
             raise _invalid_query("after", str(error)) from error
-    try:
-        view = await cron.get(queue, name, after=start, count=count)
-    except InvalidSchedule as error:  # an `after` no run can follow
-        raise _invalid_query("after", str(error)) from error
-    return json_response(_answer(view))
+    return json_response(_answer(await cron.get(queue, name, after=start, count=count)))
 
 
 @router.delete(

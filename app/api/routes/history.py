@@ -25,7 +25,7 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
 @router.get(
     "/history",
     summary="List the queue's delivery history, newest first; a page at a time",
-    responses=problem_responses(422, 503),
+    responses=problem_responses(404, 422, 503),
 )
 async def list_history(
     queue: QueueName,

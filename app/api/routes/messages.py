@@ -94,7 +94,7 @@ async def create_message(
     "/messages",
     response_model=MessageListResponse,
     summary="List messages: by due time, or by key with a key prefix; a page at a time",
-    responses=problem_responses(422, 503),
+    responses=problem_responses(404, 422, 503),
 )
 async def list_messages(
     queue: QueueName,

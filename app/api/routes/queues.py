@@ -20,7 +20,7 @@ from app.api.schemas import (
     RetryResponse,
     RetrySettings,
 )
-from app.domain.formats import seconds_to_ms
+from app.domain.formats import QUEUE_PATTERN, seconds_to_ms
 from app.domain.messages import QueueSettings, QueueStats, RetryPolicy
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
@@ -51,15 +51,29 @@ async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
     return _stats_response(await service.stats(queue))
 
 
+# `confirm` is required, and the schema says so: a request without it is not one the
+# schema allows. The service still answers it (and a `confirm` naming another queue)
+# with SPEC §3's 400, so FastAPI reads the parameter as optional and the schema gets it
+# from here.
+_CONFIRM_PARAMETER = {
+    "name": "confirm",
+    "in": "query",
+    "required": True,
+    "description": "The queue's name, again; without it, or with another name: `400`",
+    "schema": {"type": "string", "pattern": QUEUE_PATTERN},
+}
+
+
 @router.delete(
     "/{queue}",
     summary="Delete every message of the queue; `confirm` must repeat its name",
     responses=problem_responses(400, 422, 503),
+    openapi_extra={"parameters": [_CONFIRM_PARAMETER]},
 )
 async def purge_queue(
     queue: QueueName,
     service: Service,
-    confirm: Annotated[str | None, Query(description="The queue's name, again")] = None,
+    confirm: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> PurgeResponse:
     return PurgeResponse(deleted=await service.purge(queue, confirm))
 

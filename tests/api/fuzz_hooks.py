@@ -1,0 +1,86 @@
+"""schemathesis hooks for tests/api/test_fuzz.py (loaded through SCHEMATHESIS_HOOKS): the
+refusals no OpenAPI document can foretell, and long polls kept short.
+
+Every other rule of a request is in openapi.yaml, so `positive_data_acceptance` holds the
+service to it: a request the schema allows is taken. A few rules weigh one parameter
+against another, or against what the service knows, which a JSON Schema cannot say;
+their refusals are listed here, each by operation, status and problem type (and, for the
+generic `invalid-request`, the words of the rule), so that any other refusal of a
+schema-valid request still fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import schemathesis
+from schemathesis.openapi.checks import RejectedPositiveData
+
+POLL = "POST /v1/queues/{queue}/poll"
+# A long poll that finds nothing answers after `wait` seconds (up to 20): the run
+# would spend most of its time waiting. Any wait the schema allows is still sent,
+# shortened to this; what waiting does is tested in tests/contract/test_poll.py.
+SHORTEST_WAIT = 0.05
+
+# operation -> the refusals a schema-valid request may get: (status, problem type, words).
+FORESEEN: dict[str, list[tuple[int, str, str]]] = {
+    # `confirm` must repeat the path's queue name (SPEC §3: 400).
+    "DELETE /v1/queues/{queue}": [(400, "purge-not-confirmed", "")],
+    "PUT /v1/queues/{queue}/settings": [
+        # `dead_letter_queue` must differ from the path's queue.
+        (422, "invalid-settings", "its own dead-letter queue"),
+        # With `max_deliveries` and no `dead_letter_queue`, `{queue}.dead` must be a
+        # queue name: the path's queue is at most 95 characters.
+        (422, "invalid-settings", "would be longer than"),
+        # A retry policy's `max_delay` at least its `initial_delay` (one property
+        # against another).
+        (422, "invalid-request", "max_delay must be at least initial_delay"),
+    ],
+    "PUT /v1/queues/{queue}/cron/{name}": [
+        # A cron expression's range backwards (5-1) or a day no month has (30 of
+        # February): the schema states every field, not how they compare.
+        (422, "invalid-request", "invalid cron expression"),
+        # Names the service's time zone database knows, which vary with its version.
+        (422, "invalid-request", "unknown time zone"),
+        # A payload too large for how often the schedule runs (README, "Recurring schedules").
+        (422, "cron-entry-too-large", ""),
+    ],
+}
+
+
+def _problem(content: bytes) -> dict[str, Any]:
+    try:
+        problem = json.loads(content)
+    except ValueError:
+        return {}
+    return problem if isinstance(problem, dict) else {}
+
+
+def _foreseen(operation: str, status: int, content: bytes) -> bool:
+    problem = _problem(content)
+    kind = str(problem.get("type", "")).rpartition(":")[2]
+    detail = str(problem.get("detail", ""))
+    return any(
+        status == expected and kind == slug and words in detail
+        for expected, slug, words in FORESEEN.get(operation, [])
+    )
+
+
+@schemathesis.hook
+def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
+    """Keep every failure but a foreseen refusal of a schema-valid request."""
+    return not (
+        isinstance(failure, RejectedPositiveData)
+        and _foreseen(case.operation.label, response.status_code, response.content)
+    )
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: Any) -> None:
+    """Shorten a poll's valid `wait` (an invalid one is sent as it is)."""
+    if case.operation.label != POLL or not isinstance(case.body, dict):
+        return
+    wait = case.body.get("wait")
+    if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 20:
+        case.body["wait"] = min(wait, SHORTEST_WAIT)
