@@ -187,11 +187,29 @@ class Lease:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Lease:
         lock_id = data["lock_id"]
+        # Each time is parsed once per answer: its messages share their lease's end (their
+        # `scheduled_at` too), and messages offered together share their times.
+        times: dict[str, datetime] = {}
+
+        def time(text: str) -> datetime:
+            parsed = times.get(text)
+            if parsed is None:
+                parsed = times[text] = parse_time(text)
+            return parsed
+
         messages = [
             DeliveredMessage(
-                **_message_fields(item),
+                queue=item["queue"],
+                key=item["key"],
+                payload=item["payload"],
+                scheduled_at=time(item["scheduled_at"]),
+                scheduled_at_initially=time(item["scheduled_at_initially"]),
+                created_at=time(item["created_at"]),
+                state=item["state"],
+                deliveries=item.get("deliveries", 0),
+                dead_lettered_from=item.get("dead_lettered_from"),
                 delivery=item["delivery"],
-                lease_expires_at=parse_time(item["lease_expires_at"]),
+                lease_expires_at=time(item["lease_expires_at"]),
                 lock_id=lock_id,
             )
             for item in data["messages"]
