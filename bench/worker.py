@@ -242,7 +242,7 @@ def report(rounds: list[list[Drain]], plan: Plan) -> str:
     raw_rates = [drain.rate for drain in by_variant["raw"]]
     raw_median = statistics.median(raw_rates)
     header = (
-        "| drain | msg/s, median | rounds | ratio to raw | ratio per round "
+        "| drain | msg/s, median | rounds | ratio to raw | ratio per round (median) "
         "| CPU µs/msg: client / server / PostgreSQL | requests per 1,000 msg |"
     )
     lines = [header, "|---|---|---|---|---|---|---|"]
@@ -250,7 +250,9 @@ def report(rounds: list[list[Drain]], plan: Plan) -> str:
         rates = [drain.rate for drain in drains]
         median = statistics.median(rates)
         middle = sorted(drains, key=lambda d: d.rate)[len(drains) // 2]
-        per_round = " / ".join(f"{d.rate / raw:.2f}" for d, raw in zip(drains, raw_rates))
+        ratios = [drain.rate / raw for drain, raw in zip(drains, raw_rates, strict=True)]
+        per_round = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+        per_round += f" ({statistics.median(ratios):.2f})"
         cpu = " / ".join(
             f"{middle.per_message_us(used):.0f}"
             for used in (middle.client_cpu, middle.server_cpu, middle.postgres_cpu)

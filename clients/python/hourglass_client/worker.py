@@ -355,7 +355,11 @@ class _Engine:
         if error is None:
             self.counts.done += 1
             self.log.info("done %r (delivery %d) in %.0f ms", key, deliveries, took * 1000)
-            self._settle(held, [key], release=False)
+            acks = self._acks.get(held.lock_id)
+            if acks is None:
+                acks = self._acks[held.lock_id] = []
+            acks.append(key)
+            self._settle_needed.set()
         elif isinstance(error, Retry):
             self.counts.retried += 1
             when = "when the queue's retry says" if error.delay is None else f"in {error.delay:g} s"
@@ -488,7 +492,7 @@ class _TaskEngine(_Engine):
         job.task = self._loop.create_task(self._run(job))
 
     async def _run(self, job: _Job) -> None:
-        began = self._loop.time()
+        began = time.monotonic()
         try:
             await self.handler(job.message)
         except asyncio.CancelledError:
@@ -496,13 +500,13 @@ class _TaskEngine(_Engine):
             if job in self._jobs:
                 self._give_back(job)
         except Exception as error:  # noqa: BLE001 - any failure of a handler: _finish reports it
-            self._ended(job, error, self._loop.time() - began)
+            self._ended(job, error, time.monotonic() - began)
         except BaseException:
             if job in self._jobs:  # SystemExit, KeyboardInterrupt: on their way out
                 self._free(job)
             raise
         else:
-            self._ended(job, None, self._loop.time() - began)
+            self._ended(job, None, time.monotonic() - began)
 
     def _abandon(self) -> None:
         for job in self._jobs:
