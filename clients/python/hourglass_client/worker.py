@@ -45,6 +45,9 @@ _MAX_POLL_BACKOFF = 30.0
 # Polls that wait less than this for a message (`wait`) come this far apart while
 # nothing is due.
 _IDLE_PAUSE = 1.0
+# Outcomes of handler threads that finish while others still run are read at most this
+# long after (seconds), unless the others finish sooner: a burst is settled together.
+_BATCH_WINDOW = 0.001
 # A lease is extended when a third of it has passed, so two extensions in a row
 # may fail (a slow answer, a 503) before it runs out.
 _EXTEND_EVERY = 1 / 3
@@ -529,8 +532,10 @@ class _ThreadEngine(_Engine):
         self._loop = asyncio.get_running_loop()
         self._inbox: SimpleQueue[_Job | None] = SimpleQueue()
         self._outbox: list[_Job] = []
-        self._outbox_lock = threading.Lock()
+        self._outbox_lock = threading.Lock()  # guards the outbox and the three below
+        self._busy = 0  # threads in a handler
         self._woken = False  # a read of the outbox is on its way to the loop
+        self._timed = False  # a read is due in _BATCH_WINDOW
         self._threads: list[threading.Thread] = []
 
     def _start(self, job: _Job) -> None:
@@ -545,7 +550,9 @@ class _ThreadEngine(_Engine):
     def _serve(self) -> None:
         """A handler thread: run the handler on each message it takes, until told to end."""
         while (job := self._inbox.get()) is not None:
-            self._report()
+            with self._outbox_lock:
+                self._busy += 1
+                self._report()
             began = time.monotonic()
             try:
                 self.handler(job.message)
@@ -553,19 +560,27 @@ class _ThreadEngine(_Engine):
                 job.error = error
             job.took = time.monotonic() - began
             with self._outbox_lock:
+                self._busy -= 1
                 self._outbox.append(job)
-            self._report()
+                self._report()
 
     def _report(self) -> None:
-        """Wake the loop to read the outbox, unless a wake-up is on its way already or
-        messages still wait to be taken: the thread that takes the last one wakes it, so
-        handlers that finish together are read (and their slots polled for) together."""
-        with self._outbox_lock:
-            if self._woken or not self._outbox or not self._inbox.empty():
-                return
-            self._woken = True
+        """Have the loop read the outbox (with the lock held), unless a read is on its way
+        or messages still wait to be taken (the thread that takes the last one decides).
+        At once when no handler runs; else within _BATCH_WINDOW, or when the last of them
+        returns if sooner: so handlers that finish together are read, and their slots
+        polled for, together, and none waits long for a slow one."""
+        if self._woken or not self._outbox or not self._inbox.empty():
+            return
         try:
-            self._loop.call_soon_threadsafe(self._collect)
+            if not self._busy:
+                self._woken = True
+                self._loop.call_soon_threadsafe(self._collect)
+            elif not self._timed:
+                self._timed = True
+                self._loop.call_soon_threadsafe(
+                    self._loop.call_later, _BATCH_WINDOW, self._collect_timed
+                )
         except RuntimeError:
             pass  # the loop is closed: the worker gave these messages back and left
 
@@ -576,6 +591,11 @@ class _ThreadEngine(_Engine):
             self._woken = False
         for job in finished:
             self._ended(job, job.error, job.took)
+
+    def _collect_timed(self) -> None:
+        with self._outbox_lock:
+            self._timed = False
+        self._collect()
 
     def close(self, *, wait: bool) -> None:
         """End the threads once their handlers return; `wait` for that."""
