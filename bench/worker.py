@@ -1,7 +1,7 @@
 """Issue 17: the client library's workers draining a queue with a no-op handler, against
 bench's raw drain through HTTP at the same concurrency.
 
-    python -m bench.worker                  # 50,000 messages, 5 rounds, ~3 minutes
+    python -m bench.worker                  # 50,000 messages, 5 rounds, 2-3 minutes
     python -m bench.worker --quick          # 2,000 messages, 1 round, no warm-up
 
 One `hourglass serve` (default settings) on a PostgreSQL database that the run drops
@@ -17,14 +17,18 @@ runs VACUUM ANALYZE, then drains it in a client process of its own
 - `AsyncWorker` with `concurrency` P×M, a no-op coroutine handler;
 - `Worker` (threads), `concurrency` P×M, a no-op function.
 
-Equal concurrency: at most P×M messages polled and not yet through the handler on
-both sides (the raw pollers hold M each until their acknowledgement answers; the
-workers poll for their free slots, so no poll asks for more than P×M at once).
-The variants alternate in that order round after round, so drift in the shared
-machine hits all alike; the figures are medians over rounds, and each ratio is to
-the raw drain. CPU per message: the client process (its own `os.times`), the server
-process and every PostgreSQL process (from /proc) over the drain; requests per
-1,000 messages come from the server's Prometheus counters.
+Equal concurrency: on both sides at most P×M messages are asked for or being
+handled at once. The raw pollers ask for M each and hold them until their
+acknowledgement answers; a worker's polls ask only for its free slots (P×M less the
+handlers running and what polls already out asked for), and a slot is free again
+when its handler returns, so messages whose acknowledgement is on its way are not
+counted (as a real worker does). Every variant and the raw drain run on the stock
+asyncio event loop, in a client process of their own. The variants alternate in
+that order round after round, so drift in the shared machine hits all alike; the
+figures are medians over rounds, and each ratio is to the raw drain. CPU per
+message: the client process (its own `os.times`), the server process and every
+PostgreSQL process (from /proc) over the drain; requests per 1,000 messages come
+from the server's Prometheus counters.
 """
 
 from __future__ import annotations
