@@ -116,3 +116,21 @@ def test_the_list_benchmark_times_every_page_and_explains_every_statement(server
         assert all(float(row[-1].rstrip(" |")) > 0 for row in rows)
     assert plans.count("```") == 2 * 13  # 13 statements, a code block each
     assert ("Index Scan" if server == "postgresql" else "type=range") in plans
+
+
+@pytest.mark.postgresql_only
+def test_the_worker_benchmark_drains_every_variant_and_reports_each():
+    """`python -m bench.worker --quick`: a row per drain, each with its figures (not checked)."""
+    with scratch_database("postgresql", "bench") as url:
+        plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        printed = _bench("worker", "--database-url", plain_url)
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
+    assert [row[0].lstrip("| ") for row in rows] == [
+        "raw drain, whole-lock acks",
+        "raw drain, per-key acks",
+        "AsyncWorker, per-key acks",
+        "Worker (threads), per-key acks",
+    ]
+    for row in rows:
+        assert float(row[1].replace(",", "")) > 0  # msg/s
+        assert "poll" in row[-1] and "ack" in row[-1]  # requests by route

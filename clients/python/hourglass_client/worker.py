@@ -16,10 +16,10 @@ import inspect
 import logging
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from queue import SimpleQueue
 from typing import Any
 
 from hourglass_client.client import AsyncClient, Client, Options
@@ -45,6 +45,9 @@ _MAX_POLL_BACKOFF = 30.0
 # Polls that wait less than this for a message (`wait`) come this far apart while
 # nothing is due.
 _IDLE_PAUSE = 1.0
+# Outcomes of handler threads that finish while others still run are read at most this
+# long after (seconds), unless the others finish sooner: a burst is settled together.
+_BATCH_WINDOW = 0.001
 # A lease is extended when a third of it has passed, so two extensions in a row
 # may fail (a slow answer, a 503) before it runs out.
 _EXTEND_EVERY = 1 / 3
@@ -80,6 +83,29 @@ class _Held:
     keeper: asyncio.Task[None] | None = None
 
 
+class _Job:
+    """A message on its way through a handler, and what came of it."""
+
+    __slots__ = ("error", "held", "message", "task", "took")
+
+    def __init__(self, message: DeliveredMessage, held: _Held) -> None:
+        self.message = message
+        self.held = held
+        self.task: asyncio.Task[None] | None = None  # a coroutine handler's
+        self.error: BaseException | None = None  # what a handler thread raised
+        self.took = 0.0  # how long a handler thread took, in seconds
+
+
+@dataclass(frozen=True)
+class _Poll:
+    """A poll on its way: how many messages it asks for, whether it may wait for them, and
+    when it was sent (on the loop's clock)."""
+
+    asked: int
+    waits: bool
+    started: float
+
+
 @dataclass
 class _Counts:
     done: int = 0
@@ -90,13 +116,17 @@ class _Counts:
 
 
 class _Engine:
-    """The loop both workers run: poll for free slots, handle, keep leases, settle, drain."""
+    """The loop both workers run: poll for free slots, handle, keep leases, settle, drain.
+
+    How a handler runs is the subclass's (`_start`): `_TaskEngine` runs a coroutine
+    function's as tasks, `_ThreadEngine` a plain function's on threads. Both report
+    each handler's outcome to `_ended`, on the loop.
+    """
 
     def __init__(
         self,
         client: AsyncClient,
         queue: str,
-        handle: Callable[[DeliveredMessage], Awaitable[object]],
         *,
         concurrency: int,
         lease: float,
@@ -105,7 +135,6 @@ class _Engine:
     ) -> None:
         self.client = client
         self.queue = queue
-        self.handle = handle
         self.concurrency = concurrency
         self.lease = lease
         self.wait = wait
@@ -114,10 +143,12 @@ class _Engine:
         self.fatal: HourglassError | None = None
         self.stopping = asyncio.Event()
         self.abandoning = False
+        self._jobs: set[_Job] = set()  # handlers started and not finished (nor given back)
+        self._idle = asyncio.Event()  # set while none runs
+        self._idle.set()
         self._slot_freed = asyncio.Event()
         self._settle_needed = asyncio.Event()
         self._closing = False
-        self._running: set[asyncio.Task[None]] = set()
         self._held: dict[str, _Held] = {}
         self._acks: dict[str, list[str]] = {}
         self._releases: dict[tuple[str, float | None], list[str]] = {}
@@ -126,7 +157,7 @@ class _Engine:
         """Stop polling and drain (again: nothing more)."""
         if self.stopping.is_set():
             return
-        running = len(self._running)
+        running = len(self._jobs)
         waiting = (
             f"waiting for {running} running handler(s) to finish" if running else "none running"
         )
@@ -142,11 +173,10 @@ class _Engine:
             self.log.warning(
                 "stopping now (%s again): releasing %d running message(s) for another worker",
                 name,
-                len(self._running),
+                len(self._jobs),
             )
             self.abandoning = True
-            for task in self._running:
-                task.cancel()
+            self._abandon()
 
     async def run(self) -> None:
         self.log.info(
@@ -159,8 +189,7 @@ class _Engine:
         settler = asyncio.create_task(self._settle_loop())
         try:
             await self._poll_loop()
-            if self._running:
-                await asyncio.wait(list(self._running))
+            await self._idle.wait()
         finally:
             self._closing = True
             self._settle_needed.set()
@@ -183,43 +212,74 @@ class _Engine:
     # Polling
 
     async def _poll_loop(self) -> None:
+        """Poll for the free slots until a stop. One poll at a time may wait for messages
+        (`wait`); slots that free up while it is out are asked for at once by a second
+        poll that does not wait, so neither a poll waiting on an empty queue nor a slow
+        answer keeps freed slots idle while messages are due. After a second poll finds
+        nothing, none goes out again until the waiting one has come back."""
+        loop = asyncio.get_running_loop()
+        polls: dict[asyncio.Future[Lease], _Poll] = {}
+        second_allowed = True
         failures = 0
-        while not self.stopping.is_set():
-            free = min(self.concurrency - len(self._running), 1000)
-            if free <= 0:
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                asked = sum(poll.asked for poll in polls.values())
+                free = min(self.concurrency - len(self._jobs) - asked, 1000)
+                waiting = any(poll.waits for poll in polls.values())
+                may_send = not polls or (len(polls) == 1 and (not waiting or second_allowed))
+                if free > 0 and may_send:
+                    poll = _Poll(free, not waiting, loop.time())
+                    polls[self._send(poll)] = poll
+                    continue
                 self._slot_freed.clear()
-                await self._until_stopping(self._slot_freed.wait())
-                continue
-            started = asyncio.get_running_loop().time()
-            poll = asyncio.ensure_future(
-                self.client.poll(self.queue, max=free, wait=self.wait, lease=self.lease)
-            )
-            if not await self._until_stopping(poll):
-                # Stopping: a waiting poll is cut short (the service stops waiting for a
-                # caller that hung up); one that answered meanwhile is given back.
-                poll.cancel()
-                await asyncio.wait([poll])
-                if not poll.cancelled() and poll.exception() is None:
-                    self._take(poll.result(), started, free)
-                return
-            try:
-                lease = poll.result()
-            except _FATAL as error:
-                self.log.error("poll failed: %s; stopping", _described(error))
-                self.fatal = error
-                self.stopping.set()
-                return
-            except HourglassError as error:
-                failures += 1
-                pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
-                self.log.warning("poll failed: %s; polling again in %g s", _described(error), pause)
-                await self._until_stopping(asyncio.sleep(pause))
-                continue
-            failures = 0
-            if not lease.messages and self.wait < _IDLE_PAUSE:
-                # Nothing due and a poll that does not wait: do not ask again at once.
-                await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
-            self._take(lease, started, free)
+                # A slot that frees up matters only when it would send a poll.
+                freed = asyncio.ensure_future(self._slot_freed.wait()) if may_send else stop
+                watched: list[asyncio.Future[Any]] = [stop, freed, *polls]
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                if freed is not stop:
+                    freed.cancel()
+                for future in [future for future in polls if future.done()]:
+                    poll = polls.pop(future)
+                    try:
+                        lease = future.result()
+                    except _FATAL as error:
+                        self.log.error("poll failed: %s; stopping", _described(error))
+                        self.fatal = error
+                        self.stopping.set()
+                        break
+                    except HourglassError as error:
+                        failures += 1
+                        pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
+                        self.log.warning(
+                            "poll failed: %s; polling again in %g s", _described(error), pause
+                        )
+                        await self._until_stopping(asyncio.sleep(pause))
+                        continue
+                    failures = 0
+                    if poll.waits:
+                        second_allowed = True
+                    elif not lease.messages:
+                        second_allowed = False
+                    if poll.waits and not lease.messages and self.wait < _IDLE_PAUSE:
+                        # Nothing due and a poll that does not wait: do not ask again at once.
+                        await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
+                    self._take(lease, poll.started, poll.asked)
+        finally:
+            stop.cancel()
+            # Stopping: a waiting poll is cut short (the service stops waiting for a caller
+            # that hung up); one that answered meanwhile is given back.
+            for future, poll in polls.items():
+                future.cancel()
+                await asyncio.wait([future])
+                if not future.cancelled() and future.exception() is None:
+                    self._take(future.result(), poll.started, poll.asked)
+
+    def _send(self, poll: _Poll) -> asyncio.Future[Lease]:
+        wait = self.wait if poll.waits else 0.0
+        return asyncio.ensure_future(
+            self.client.poll(self.queue, max=poll.asked, wait=wait, lease=self.lease)
+        )
 
     async def _until_stopping(self, awaitable: Awaitable[Any]) -> bool:
         """Wait for `awaitable` or a stop, whichever comes first: True when it finished."""
@@ -251,49 +311,76 @@ class _Engine:
             )
             self._settle(held, lease.keys, release=True, delay=0.0)
             return
+        self._idle.clear()
         for message in lease.messages:
             held.running.add(message.key)
-            task = asyncio.create_task(self._run(message, held))
-            self._running.add(task)
-            task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
-        self._slot_freed.set()
+            job = _Job(message, held)
+            self._jobs.add(job)
+            self._start(job)
 
     # Handling
 
-    async def _run(self, message: DeliveredMessage, held: _Held) -> None:
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        where = f"{message.key!r} (delivery {message.deliveries})"
-        try:
-            await self.handle(message)
-        except Retry as retry:
+    def _start(self, job: _Job) -> None:
+        """Run the handler on the job's message, and report the outcome to `_ended`."""
+        raise NotImplementedError
+
+    def _ended(self, job: _Job, error: BaseException | None, took: float) -> None:
+        """The job's handler returned (`error` None) or raised after `took` seconds: settle
+        its message, unless a second signal gave it back meanwhile."""
+        if job in self._jobs:
+            self._free(job)
+            self._finish(job.message, job.held, error, took)
+
+    def _free(self, job: _Job) -> None:
+        self._jobs.remove(job)
+        job.held.running.discard(job.message.key)
+        if not self._jobs:
+            self._idle.set()
+        self._slot_freed.set()
+
+    def _give_back(self, job: _Job) -> None:
+        """Release the job's message at once, due now, for another worker."""
+        self._free(job)
+        self._settle(job.held, [job.message.key], release=True, delay=0.0)
+
+    def _abandon(self) -> None:
+        """Give every running message back (a second signal), not waiting for its handler:
+        what the handler does later is ignored."""
+        for job in list(self._jobs):
+            self._give_back(job)
+
+    def _finish(
+        self, message: DeliveredMessage, held: _Held, error: BaseException | None, took: float
+    ) -> None:
+        """Count, log and settle a message whose handler returned (`error` None) after
+        `took` seconds, or raised `error`."""
+        key, deliveries = message.key, message.deliveries
+        if error is None:
+            self.counts.done += 1
+            self.log.info("done %r (delivery %d) in %.0f ms", key, deliveries, took * 1000)
+            acks = self._acks.get(held.lock_id)
+            if acks is None:
+                acks = self._acks[held.lock_id] = []
+            acks.append(key)
+            self._settle_needed.set()
+        elif isinstance(error, Retry):
             self.counts.retried += 1
-            when = "when the queue's retry says" if retry.delay is None else f"in {retry.delay:g} s"
-            reason = f": {_one_line(retry.reason)}" if retry.reason else ""
-            self.log.info("retry %s%s; due again %s", where, reason, when)
-            self._settle(held, [message.key], release=True, delay=retry.delay)
-        except asyncio.CancelledError:
-            # Stopping now (a second signal): another worker takes it at once.
-            self._settle(held, [message.key], release=True, delay=0.0)
-        except Exception as error:
+            when = "when the queue's retry says" if error.delay is None else f"in {error.delay:g} s"
+            reason = f": {_one_line(error.reason)}" if error.reason else ""
+            self.log.info("retry %r (delivery %d)%s; due again %s", key, deliveries, reason, when)
+            self._settle(held, [key], release=True, delay=error.delay)
+        else:
             self.counts.failed += 1
             self.log.warning(
-                "failed %s after %.0f ms: %s; released, due again when the queue's retry says",
-                where,
-                (loop.time() - began) * 1000,
+                "failed %r (delivery %d) after %.0f ms: %s; released, due again when the "
+                "queue's retry says",
+                key,
+                deliveries,
+                took * 1000,
                 _described(error),
             )
-            self.log.debug("traceback of %s", where, exc_info=error)
-            self._settle(held, [message.key], release=True, delay=None)
-        else:
-            self.counts.done += 1
-            self.log.info("done %s in %.0f ms", where, (loop.time() - began) * 1000)
-            self._settle(held, [message.key], release=False)
-        finally:
-            held.running.discard(message.key)
+            self.log.debug("traceback of %r (delivery %d)", key, deliveries, exc_info=error)
+            self._settle(held, [key], release=True, delay=None)
 
     # Leases
 
@@ -396,6 +483,129 @@ class _Engine:
                 held.keeper.cancel()
 
 
+class _TaskEngine(_Engine):
+    """Runs a coroutine function's handler as a task per message, on the engine's loop."""
+
+    def __init__(self, client: AsyncClient, queue: str, handler: AsyncHandler, **settings: Any):
+        super().__init__(client, queue, **settings)
+        self.handler = handler
+        self._loop = asyncio.get_running_loop()
+
+    def _start(self, job: _Job) -> None:
+        job.task = self._loop.create_task(self._run(job))
+
+    async def _run(self, job: _Job) -> None:
+        began = time.monotonic()
+        try:
+            await self.handler(job.message)
+        except asyncio.CancelledError:
+            # A second signal gave it back already; if the handler's own, the same.
+            if job in self._jobs:
+                self._give_back(job)
+        except Exception as error:  # noqa: BLE001 - any failure of a handler: _finish reports it
+            self._ended(job, error, time.monotonic() - began)
+        except BaseException:
+            if job in self._jobs:  # SystemExit, KeyboardInterrupt: on their way out
+                self._free(job)
+            raise
+        else:
+            self._ended(job, None, time.monotonic() - began)
+
+    def _abandon(self) -> None:
+        for job in self._jobs:
+            if job.task is not None:
+                job.task.cancel()
+        super()._abandon()
+
+
+class _ThreadEngine(_Engine):
+    """Runs a plain function's handler on up to `concurrency` threads of its own.
+
+    The threads take messages from one queue and leave what came of them in a list
+    that the loop reads when woken: one wake-up for whatever finished meanwhile, not
+    a future, a task and a wake-up per message (`_report` says when).
+    """
+
+    def __init__(self, client: AsyncClient, queue: str, handler: Handler, **settings: Any):
+        super().__init__(client, queue, **settings)
+        self.handler = handler
+        self._loop = asyncio.get_running_loop()
+        self._inbox: SimpleQueue[_Job | None] = SimpleQueue()
+        self._outbox: list[_Job] = []
+        self._outbox_lock = threading.Lock()  # guards the outbox and the three below
+        self._busy = 0  # threads in a handler
+        self._woken = False  # a read of the outbox is on its way to the loop
+        self._timed = False  # a read is due in _BATCH_WINDOW
+        self._threads: list[threading.Thread] = []
+
+    def _start(self, job: _Job) -> None:
+        if len(self._jobs) > len(self._threads):  # every thread busy: one more
+            thread = threading.Thread(
+                target=self._serve, name=f"hourglass-handler_{len(self._threads)}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        self._inbox.put(job)
+
+    def _serve(self) -> None:
+        """A handler thread: run the handler on each message it takes, until told to end."""
+        while (job := self._inbox.get()) is not None:
+            with self._outbox_lock:
+                self._busy += 1
+                self._report()
+            began = time.monotonic()
+            try:
+                self.handler(job.message)
+            except BaseException as error:  # noqa: BLE001 - the loop reports it
+                job.error = error
+            job.took = time.monotonic() - began
+            with self._outbox_lock:
+                self._busy -= 1
+                self._outbox.append(job)
+                self._report()
+
+    def _report(self) -> None:
+        """Have the loop read the outbox (with the lock held), unless a read is on its way
+        or messages still wait to be taken (the thread that takes the last one decides).
+        At once when no handler runs; else within _BATCH_WINDOW, or when the last of them
+        returns if sooner: so handlers that finish together are read, and their slots
+        polled for, together, and none waits long for a slow one."""
+        if self._woken or not self._outbox or not self._inbox.empty():
+            return
+        try:
+            if not self._busy:
+                self._woken = True
+                self._loop.call_soon_threadsafe(self._collect)
+            elif not self._timed:
+                self._timed = True
+                self._loop.call_soon_threadsafe(
+                    self._loop.call_later, _BATCH_WINDOW, self._collect_timed
+                )
+        except RuntimeError:
+            pass  # the loop is closed: the worker gave these messages back and left
+
+    def _collect(self) -> None:
+        """On the loop: finish what the threads left since the last read."""
+        with self._outbox_lock:
+            finished, self._outbox = self._outbox, []
+            self._woken = False
+        for job in finished:
+            self._ended(job, job.error, job.took)
+
+    def _collect_timed(self) -> None:
+        with self._outbox_lock:
+            self._timed = False
+        self._collect()
+
+    def close(self, *, wait: bool) -> None:
+        """End the threads once their handlers return; `wait` for that."""
+        for _ in self._threads:
+            self._inbox.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
 def _check(concurrency: int, lease: Seconds, wait: Seconds) -> tuple[float, float]:
     if not 1 <= concurrency <= 1000:
         raise ValueError(f"concurrency must be 1–1000, not {concurrency}")
@@ -463,7 +673,7 @@ class AsyncWorker:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Work until stopped; raises the poll's error when the service refuses it for good
         (a bad token or queue name), after draining."""
-        self._engine = engine = _Engine(
+        self._engine = engine = _TaskEngine(
             self.client,
             self.queue,
             self.handler,
@@ -527,30 +737,25 @@ class Worker:
         asyncio.run(self._run(handle_signals))
 
     async def _run(self, handle_signals: bool) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="hourglass-handler")
-
-        async def in_thread(message: DeliveredMessage) -> object:
-            return await loop.run_in_executor(pool, partial(self.handler, message))
-
-        try:
-            async with AsyncClient.from_options(self.options) as client:
-                self._engine = engine = _Engine(
-                    client,
-                    self.queue,
-                    in_thread,
-                    concurrency=self.concurrency,
-                    lease=self.lease,
-                    wait=self.wait,
-                    log=self.logger,
-                )
+        self._loop = asyncio.get_running_loop()
+        async with AsyncClient.from_options(self.options) as client:
+            self._engine = engine = _ThreadEngine(
+                client,
+                self.queue,
+                self.handler,
+                concurrency=self.concurrency,
+                lease=self.lease,
+                wait=self.wait,
+                log=self.logger,
+            )
+            try:
                 if self._stop_asked.is_set():
                     engine.stop()
                 with _Signals(engine, handle_signals):
                     await engine.run()
-        finally:
-            # After a second stop, handlers may still run in their threads: not waited for.
-            pool.shutdown(wait=not self.abandoned)
+            finally:
+                # After a second stop, handlers may still run in their threads: not waited for.
+                engine.close(wait=not engine.abandoning)
 
     @property
     def abandoned(self) -> bool:

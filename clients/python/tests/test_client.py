@@ -3,6 +3,7 @@ results, aware times, errors as exceptions with the problem's fields."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -113,6 +114,11 @@ def test_poll_extend_ack_and_release(api, queue):
     assert (
         timedelta(seconds=25) < first.lease_expires_at - datetime.now(UTC) <= timedelta(seconds=30)
     )
+    # Built from the answer without its __init__ (models.py: _built), yet the same thing.
+    assert dataclasses.replace(first) == first and hash(dataclasses.replace(first)) == hash(first)
+    assert first.scheduled_at == first.lease_expires_at and first.created_at.tzinfo is UTC
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.key = "other"  # type: ignore[misc]
 
     expires = api.extend(queue, lease.lock_id, timedelta(minutes=10))
     assert timedelta(minutes=9) < expires - datetime.now(UTC) <= timedelta(minutes=10)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -271,3 +273,108 @@ def test_a_stop_while_a_poll_answers_gives_back_what_it_did_not_start(service, q
         for key in ["a", "b"]:
             message = hourglass.get(queue, key)
             assert message.state == "ready" and message.deliveries == 1
+
+
+class HoldsItsSecondPoll(AsyncClient):
+    """A client that records each poll's `max` and `wait`, and holds the second poll back,
+    unsent, until `release` is set: a poll whose answer is slow in coming."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.polls: list[tuple[int, float]] = []
+        self.held = asyncio.Event()  # the second poll is held back now
+        self.release = asyncio.Event()
+        self.answered: list[asyncio.Event] = []  # set as each poll's answer comes
+        self._sent = asyncio.Event()
+
+    async def answer(self, number: int) -> None:
+        """Wait until poll `number` (from 0) has been sent and answered."""
+        while len(self.polls) <= number:
+            self._sent.clear()
+            await self._sent.wait()
+        await self.answered[number].wait()
+
+    async def poll(self, queue, *, max, wait, lease):
+        number = len(self.polls)
+        self.polls.append((max, wait))
+        self.answered.append(asyncio.Event())
+        self._sent.set()
+        if number == 1:
+            self.held.set()
+            await self.release.wait()
+        lease = await super().poll(queue, max=max, wait=wait, lease=lease)
+        self.answered[number].set()
+        return lease
+
+
+def test_a_slot_freed_while_a_poll_is_out_is_polled_for_at_once(service, queue):
+    """A slow answer keeps no freed slot idle while messages are due: a second poll, which
+    does not wait, asks for the slot at once; and one that finds nothing is not sent
+    again before the first poll is back."""
+    handled: list[str] = []
+
+    async def main() -> None:
+        async with HoldsItsSecondPoll(service.url) as hourglass:
+            for minute, key in enumerate(["a", "b", "c"]):
+                due = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=minute)
+                await hourglass.offer(queue, key, key, scheduled_at=due)
+            finish_b, c_done = asyncio.Event(), asyncio.Event()
+
+            async def handler(message):
+                handled.append(message.key)
+                if message.key == "b":
+                    await finish_b.wait()
+                if message.key == "c":
+                    c_done.set()
+
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=2, wait=1)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            # a and b come in the first poll; a is done at once, and its slot's poll is
+            # held back while b runs.
+            await asyncio.wait_for(hourglass.held.wait(), WAIT)
+            assert hourglass.polls == [(2, 1.0), (1, 1.0)] and handled == ["a", "b"]
+            finish_b.set()  # b's slot frees up while the held poll is out: c comes at once
+            await asyncio.wait_for(c_done.wait(), WAIT)
+            assert hourglass.polls[2] == (1, 0.0) and not hourglass.answered[1].is_set()
+            # c's slot frees up too: a second poll finds the queue empty, and no other goes
+            # out while the held one is (a round trip gives the worker's loop time to).
+            await asyncio.wait_for(hourglass.answer(3), WAIT)
+            await hourglass.stats(queue)
+            assert hourglass.polls[3:] == [(1, 0.0)]
+            hourglass.release.set()
+            await asyncio.wait_for(hourglass.answer(1), WAIT)
+            worker.stop()
+            await asyncio.wait_for(running, WAIT)
+            assert hourglass.polls[4:5] in ([], [(2, 1.0)])  # the held one back: one at a time
+            finished = sorted([entry.key async for entry in hourglass.iter_history(queue)])
+            assert finished == ["a", "b", "c"]
+
+    asyncio.run(main())
+
+
+def test_a_second_signal_gives_the_async_workers_running_messages_back_at_once(service, queue):
+    async def main() -> None:
+        async with AsyncClient(service.url) as hourglass:
+            for key in ["a", "b"]:
+                await hourglass.offer(queue, key, key)
+            started: set[str] = set()
+            both_started = asyncio.Event()
+
+            async def handler(message):
+                started.add(message.key)
+                if len(started) == 2:
+                    both_started.set()
+                await asyncio.Event().wait()  # never done on its own
+
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=2)
+            running = asyncio.create_task(worker.run())  # its signal handlers: the main thread
+            await asyncio.wait_for(both_started.wait(), WAIT)
+            os.kill(os.getpid(), signal.SIGTERM)  # stop: the handlers run on
+            os.kill(os.getpid(), signal.SIGTERM)  # stop now: their messages go back
+            await asyncio.wait_for(running, WAIT)
+            assert worker.abandoned
+            for key in ["a", "b"]:
+                message = await hourglass.get(queue, key)
+                assert message.state == "ready" and message.deliveries == 1
+
+    asyncio.run(main())

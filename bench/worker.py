@@ -1,0 +1,332 @@
+"""Issue 17: the client library's workers draining a queue with a no-op handler, against
+bench's raw drain through HTTP at the same concurrency.
+
+    python -m bench.worker                  # 50,000 messages, 5 rounds, 2-3 minutes
+    python -m bench.worker --quick          # 2,000 messages, 1 round, no warm-up
+
+One `hourglass serve` (default settings) on a PostgreSQL database that the run drops
+and creates. Each measurement starts from the queue emptied and vacuumed, fills it
+with `--messages` ready messages through batch offers (1000 a request, over HTTP),
+runs VACUUM ANALYZE, then drains it in a client process of its own
+(`bench/worker_drain.py`: it imports the client, never the server):
+
+- raw: bench's drain (`bench/hourglass.py`), P pollers each polling `max`=M and
+  acknowledging the whole lock, on bench's minimal HTTP client;
+- raw, per-key acks: the same, acknowledging each poll by its keys (what the library
+  sends), to tell the server's share of the gap from the library's;
+- `AsyncWorker` with `concurrency` P×M, a no-op coroutine handler;
+- `Worker` (threads), `concurrency` P×M, a no-op function.
+
+Equal concurrency: on both sides at most P×M messages are asked for or being
+handled at once. The raw pollers ask for M each and hold them until their
+acknowledgement answers; a worker's polls ask only for its free slots (P×M less the
+handlers running and what polls already out asked for), and a slot is free again
+when its handler returns, so messages whose acknowledgement is on its way are not
+counted (as a real worker does). Every variant and the raw drain run on the stock
+asyncio event loop, in a client process of their own. The variants alternate in
+that order round after round, so drift in the shared machine hits all alike; the
+figures are medians over rounds, and each ratio is to the raw drain. CPU per
+message: the client process (its own `os.times`), the server process and every
+PostgreSQL process (from /proc) over the drain; requests per 1,000 messages come
+from the server's Prometheus counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from bench.accounting import postgres_cpu, process_cpu
+from bench.hourglass import QUEUE, ServiceWorker, _HourglassTable, fresh_database
+from bench.http_client import Connection
+from bench.targets import PAYLOAD
+from tests.server import Server, running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENT_PATH = ROOT / "clients" / "python"
+BATCH = 1000
+FILL_CONNECTIONS = 2
+CHILD_TIMEOUT = 600  # seconds a drain may take before the run fails
+
+# The variants in the order each round runs them: bench/worker_drain.py's name, the row's.
+VARIANTS = {
+    "raw": "raw drain, whole-lock acks",
+    "raw-keys": "raw drain, per-key acks",
+    "async": "AsyncWorker, per-key acks",
+    "threads": "Worker (threads), per-key acks",
+}
+# How the server's routes are shown in the requests column.
+ROUTES = {
+    ("POST", "/v1/queues/{queue}/poll"): "poll",
+    ("DELETE", "/v1/queues/{queue}/locks/{lock_id}"): "ack lock",
+    ("POST", "/v1/queues/{queue}/locks/{lock_id}/ack"): "ack keys",
+    ("PATCH", "/v1/queues/{queue}/locks/{lock_id}"): "extend",
+    ("POST", "/v1/queues/{queue}/locks/{lock_id}/release"): "release",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    messages: int
+    rounds: int
+    pollers: int
+    max: int
+    warm_up: int  # messages each variant drains once before the rounds (0: none)
+    client: Path  # the folder the client processes import hourglass_client from
+
+    @property
+    def concurrency(self) -> int:
+        return self.pollers * self.max
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One drain: how long it took and what it cost."""
+
+    variant: str
+    messages: int
+    seconds: float
+    client_cpu: float
+    server_cpu: float
+    postgres_cpu: float
+    requests: Counter[str]
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def per_message_us(self, cpu: float) -> float:
+        return 1e6 * cpu / self.messages
+
+
+# -- one measurement ---------------------------------------------------------------------
+
+
+async def refill(dsn: str, server: Server, messages: int, tag: str) -> None:
+    """Empty and vacuum the queue, then offer `messages` ready ones in batches over HTTP."""
+    table = _HourglassTable(dsn)
+    await table.clear()
+    connections = [ServiceWorker(Connection("127.0.0.1", server.port)) for _ in range(2)]
+    batches = iter(range(0, messages, BATCH))
+
+    async def offer(worker: ServiceWorker) -> None:
+        for start in batches:
+            keys = [f"{tag}-{n}" for n in range(start, min(start + BATCH, messages))]
+            await worker.offer_batch(keys, PAYLOAD)
+
+    await asyncio.gather(*(offer(worker) for worker in connections))
+    await asyncio.gather(*(worker.close() for worker in connections))
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        await connection.execute("VACUUM ANALYZE delayed_queue")
+
+
+def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> Drain:
+    """Run one drain in a client process; its figures, once every message is acknowledged."""
+    path = [str(plan.client), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    command = [
+        sys.executable,
+        "-m",
+        "bench.worker_drain",
+        variant,
+        *("--url", server.url, "--messages", str(messages)),
+        *("--pollers", str(plan.pollers), "--max", str(plan.max)),
+    ]
+    child = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{variant}: the client process did not start")
+        requests_before = requests_by_route(server.url)
+        server_before, postgres_before = process_cpu(server.pid), postgres_cpu()
+        printed, _ = child.communicate("go\n", timeout=CHILD_TIMEOUT)
+        server_used = process_cpu(server.pid) - server_before
+        postgres_after = postgres_cpu()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        raise RuntimeError(f"{variant}: the client process exited {child.returncode}")
+    postgres_used = sum(cpu - postgres_before.get(pid, 0.0) for pid, cpu in postgres_after.items())
+    requests = requests_by_route(server.url)
+    requests.subtract(requests_before)
+    result = json.loads(printed.strip().splitlines()[-1])
+    return Drain(
+        variant,
+        result["messages"],
+        result["seconds"],
+        result["cpu_seconds"],
+        server_used,
+        postgres_used,
+        +requests,
+    )
+
+
+def requests_by_route(url: str) -> Counter[str]:
+    """The server's request count so far by route (the `/metrics` scrapes left out)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("hourglass_http_request_duration_seconds_count{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        fields = dict(part.split("=", 1) for part in labels[labels.index("{") + 1 : -1].split('",'))
+        method, route = fields["method"].strip('"'), fields["route"].strip('"')
+        if route == "/metrics":
+            continue
+        counts[ROUTES.get((method, route), f"{method} {route}")] += int(float(value))
+    return counts
+
+
+def check_drained(dsn: str, messages: int) -> None:
+    """Every message acknowledged once: the queue empty, a history row each."""
+    with psycopg.connect(dsn) as connection:
+        left = connection.execute(
+            'SELECT count(*) FROM delayed_queue WHERE "pKind" = %s', (QUEUE,)
+        ).fetchone()
+        acknowledged = connection.execute(
+            "SELECT count(*), max(deliveries) FROM delivery_history "
+            "WHERE queue = %s AND outcome = 'acknowledged'",
+            (QUEUE,),
+        ).fetchone()
+    assert left is not None and acknowledged is not None
+    if left[0] or acknowledged[0] != messages or acknowledged[1] != 1:
+        raise RuntimeError(
+            f"not drained once each: {left[0]} left, {acknowledged[0]} acknowledged of "
+            f"{messages}, at most {acknowledged[1]} deliveries"
+        )
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+def measure(dsn: str, server: Server, plan: Plan) -> list[list[Drain]]:
+    """Every variant, round after round (after a warm-up of each); the drains by round."""
+    rounds: list[list[Drain]] = []
+    with asyncio.Runner() as runner:
+        if plan.warm_up:
+            for variant in VARIANTS:
+                runner.run(refill(dsn, server, plan.warm_up, f"warm-{variant}"))
+                drain_in_child(variant, server, plan, plan.warm_up)
+        for number in range(plan.rounds):
+            drains = []
+            for variant, name in VARIANTS.items():
+                runner.run(refill(dsn, server, plan.messages, f"r{number}-{variant}"))
+                drain = drain_in_child(variant, server, plan, plan.messages)
+                check_drained(dsn, plan.messages)
+                print(
+                    f"round {number + 1}, {name}: {drain.rate:,.0f} msg/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                drains.append(drain)
+            rounds.append(drains)
+    return rounds
+
+
+def report(rounds: list[list[Drain]], plan: Plan) -> str:
+    """The table: a row per variant with its median, its rounds and its ratio to raw."""
+    by_variant = {variant: [r[i] for r in rounds] for i, variant in enumerate(VARIANTS)}
+    raw_rates = [drain.rate for drain in by_variant["raw"]]
+    raw_median = statistics.median(raw_rates)
+    header = (
+        "| drain | msg/s, median | rounds | ratio to raw | ratio per round (median) "
+        "| CPU µs/msg: client / server / PostgreSQL | requests per 1,000 msg |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for variant, drains in by_variant.items():
+        rates = [drain.rate for drain in drains]
+        median = statistics.median(rates)
+        middle = sorted(drains, key=lambda d: d.rate)[len(drains) // 2]
+        ratios = [drain.rate / raw for drain, raw in zip(drains, raw_rates, strict=True)]
+        per_round = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+        per_round += f" ({statistics.median(ratios):.2f})"
+        cpu = " / ".join(
+            f"{middle.per_message_us(used):.0f}"
+            for used in (middle.client_cpu, middle.server_cpu, middle.postgres_cpu)
+        )
+        requests = ", ".join(
+            f"{name} {1000 * count / middle.messages:.1f}"
+            for name, count in sorted(middle.requests.items())
+        )
+        cells = [
+            VARIANTS[variant],
+            f"{median:,.0f}",
+            " / ".join(f"{rate:,.0f}" for rate in rates),
+            f"{median / raw_median:.2f}",
+            per_round,
+            cpu,
+            requests,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="2,000 messages, one round")
+    parser.add_argument(
+        "--database-url",
+        default="postgresql://root@127.0.0.1:5432/hourglass_bench_worker",
+        help="PostgreSQL database to drop, create and use (default: %(default)s)",
+    )
+    parser.add_argument("--messages", type=int, help="per drain (default 50,000; --quick 2,000)")
+    parser.add_argument("--rounds", type=int, help="(default 5; --quick 1)")
+    parser.add_argument("--pollers", type=int, default=4, help="raw pollers P (default 4)")
+    parser.add_argument("--max", type=int, default=100, help="each raw poll's max M (default 100)")
+    parser.add_argument(
+        "--client",
+        type=Path,
+        default=CLIENT_PATH,
+        help="folder holding the hourglass_client package to measure, e.g. an older "
+        "checkout's clients/python (default: this checkout's)",
+    )
+    args = parser.parse_args(argv)
+    messages = args.messages or (2_000 if args.quick else 50_000)
+    plan = Plan(
+        messages=messages,
+        rounds=args.rounds or (1 if args.quick else 5),
+        pollers=args.pollers,
+        max=args.max,
+        warm_up=0 if args.quick else min(messages, 5_000),
+        client=args.client.resolve(),
+    )
+    if not 1 <= plan.concurrency <= 1000:
+        parser.error("pollers × max is the workers' concurrency: 1–1000")
+
+    command = "python -m bench.worker " + " ".join(argv if argv is not None else sys.argv[1:])
+    started, load_before = time.perf_counter(), os.getloadavg()
+    fresh_database(args.database_url)
+    with running_server(args.database_url) as server:
+        rounds = measure(args.database_url, server, plan)
+    load_after = os.getloadavg()
+    print(f"```sh\n{command.strip()}\n```\n")
+    print(
+        f"{plan.messages:,} messages a drain, {plan.rounds} round(s); raw: {plan.pollers} "
+        f"pollers × max={plan.max}; workers: concurrency {plan.concurrency}; load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; "
+        f"{time.perf_counter() - started:.0f} s\n"
+    )
+    print(report(rounds, plan))
+
+
+if __name__ == "__main__":
+    main()
