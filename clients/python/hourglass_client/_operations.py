@@ -180,7 +180,10 @@ def batch(queue: str, offers: Sequence[Offer], if_exists: IfExists = "update") -
         _queue_path(queue, "batch"),
         _json(BatchResult.from_json),
         json={"messages": [item.to_json() for item in offers], "if_exists": if_exists},
-        repeatable=all(item.scheduled_at is not None for item in offers),
+        # Each key once: a key offered twice with two payloads is not a no-op again (the
+        # repeat's first offer of it updates the stored second).
+        repeatable=all(item.scheduled_at is not None for item in offers)
+        and len({item.key for item in offers}) == len(offers),
     )
 
 
@@ -252,7 +255,10 @@ def poll(
         _queue_path(queue, "poll"),
         _json(Lease.from_json),
         json=body,
-        repeatable=True,
+        # Never repeated once sent: a lost answer's claim stands (its messages leased to
+        # nobody until the lease ends, their deliveries counted), and a repeat would claim
+        # more on top of it.
+        repeatable=False,
         wait=seconds(wait),
     )
 

@@ -248,7 +248,9 @@ class _Engine:
                         self.fatal = error
                         self.stopping.set()
                         break
-                    except HourglassError as error:
+                    except Exception as error:  # noqa: BLE001 (a proxy's answer, an unreadable one)
+                        # Polled again after a pause: leaving the loop would stop the worker
+                        # without settling what its handlers are running.
                         failures += 1
                         pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
                         self.log.warning(
