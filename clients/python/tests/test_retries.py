@@ -13,6 +13,7 @@ import pytest
 
 from hourglass_client import (
     AsyncClient,
+    AsyncWorker,
     BadRequest,
     Client,
     ConnectionFailed,
@@ -44,6 +45,9 @@ UNAVAILABLE = httpx.Response(
         "detail": "the database is unavailable",
     },
 )
+
+
+REAL_SLEEP = asyncio.sleep
 
 
 @pytest.fixture(autouse=True)
@@ -287,3 +291,56 @@ def test_url_and_token_from_the_environment(monkeypatch):
     options = Client().options
     assert (options.url, options.token) == ("http://elsewhere:9000", "from-env")
     assert Client("http://here", token="mine").options.token == "mine"
+
+
+def test_a_worker_polls_again_after_an_unreadable_answer_and_settles_what_it_ran(monkeypatch):
+    # A proxy's page in place of a poll's answer is a failed poll: paused after (1 s),
+    # then polled again; the message of the next poll is handled and acknowledged. The
+    # worker's own waits (its pause, its lease keeper's) are real here.
+    monkeypatch.setattr(asyncio, "sleep", REAL_SLEEP)
+    at, far = "2026-11-26T09:00:00.000Z", "2099-01-01T00:00:00.000Z"
+    message = {
+        "queue": "q",
+        "key": "k",
+        "payload": 1,
+        "state": "leased",
+        "deliveries": 1,
+        "scheduled_at": at,
+        "scheduled_at_initially": at,
+        "created_at": at,
+        "dead_lettered_from": None,
+        "delivery": "first",
+        "lease_expires_at": far,
+    }
+    polls = [
+        httpx.Response(200, text="<html>upstream is restarting</html>"),
+        ok({"lock_id": "lock", "messages": [message]}),
+    ]
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(f"{request.method} {request.url.path}")
+        if request.url.path.endswith("/poll"):
+            return polls.pop(0) if polls else ok({"lock_id": None, "messages": []})
+        if request.url.path.endswith("/ack"):
+            return ok({"acknowledged": ["k"], "missing": []})
+        return ok({"lease_expires_at": far})  # an extension
+
+    handled: list[str] = []
+
+    async def main() -> None:
+        workers: list[AsyncWorker] = []
+
+        async def handle(delivered) -> None:
+            handled.append(delivered.key)
+            workers[0].stop()
+
+        transport = httpx.MockTransport(answer)
+        async with AsyncClient("http://hourglass.test", transport=transport) as hourglass:
+            workers.append(AsyncWorker(hourglass, "q", handle, wait=0))
+            await workers[0].run(handle_signals=False)
+
+    asyncio.run(main())
+    assert handled == ["k"]
+    assert sent.count("POST /v1/queues/q/locks/lock/ack") == 1
+    assert sent[:2] == ["POST /v1/queues/q/poll", "POST /v1/queues/q/poll"]
