@@ -85,10 +85,23 @@ class Plan:
     max: int
     warm_up: int  # messages each variant drains once before the rounds (0: none)
     client: Path  # the folder the client processes import hourglass_client from
+    batches: tuple[int, ...] = ()  # the workers' batch sizes to run (none: their default)
 
     @property
     def concurrency(self) -> int:
         return self.pollers * self.max
+
+    @property
+    def variants(self) -> dict[str, str]:
+        """The drains each round runs, in order: worker_drain's variant (`async:100` for
+        a batch of 100), the row's name."""
+        if not self.batches:
+            return VARIANTS
+        variants = {"raw": VARIANTS["raw"], "raw-keys": VARIANTS["raw-keys"]}
+        for batch in self.batches:
+            for library in ("async", "threads"):
+                variants[f"{library}:{batch}"] = f"{VARIANTS[library]}, batch {batch}"
+        return variants
 
 
 @dataclass(frozen=True)
@@ -135,14 +148,16 @@ async def refill(dsn: str, server: Server, messages: int, tag: str) -> None:
 def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> Drain:
     """Run one drain in a client process; its figures, once every message is acknowledged."""
     path = [str(plan.client), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    library, _, batch = variant.partition(":")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     command = [
         sys.executable,
         "-m",
         "bench.worker_drain",
-        variant,
+        library,
         *("--url", server.url, "--messages", str(messages)),
         *("--pollers", str(plan.pollers), "--max", str(plan.max)),
+        *(("--batch", batch) if batch else ()),
     ]
     child = subprocess.Popen(
         command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -221,12 +236,12 @@ def measure(dsn: str, server: Server, plan: Plan) -> list[list[Drain]]:
     rounds: list[list[Drain]] = []
     with asyncio.Runner() as runner:
         if plan.warm_up:
-            for variant in VARIANTS:
+            for variant in plan.variants:
                 runner.run(refill(dsn, server, plan.warm_up, f"warm-{variant}"))
                 drain_in_child(variant, server, plan, plan.warm_up)
         for number in range(plan.rounds):
             drains = []
-            for variant, name in VARIANTS.items():
+            for variant, name in plan.variants.items():
                 runner.run(refill(dsn, server, plan.messages, f"r{number}-{variant}"))
                 drain = drain_in_child(variant, server, plan, plan.messages)
                 check_drained(dsn, plan.messages)
@@ -242,7 +257,7 @@ def measure(dsn: str, server: Server, plan: Plan) -> list[list[Drain]]:
 
 def report(rounds: list[list[Drain]], plan: Plan) -> str:
     """The table: a row per variant with its median, its rounds and its ratio to raw."""
-    by_variant = {variant: [r[i] for r in rounds] for i, variant in enumerate(VARIANTS)}
+    by_variant = {variant: [r[i] for r in rounds] for i, variant in enumerate(plan.variants)}
     raw_rates = [drain.rate for drain in by_variant["raw"]]
     raw_median = statistics.median(raw_rates)
     header = (
@@ -266,7 +281,7 @@ def report(rounds: list[list[Drain]], plan: Plan) -> str:
             for name, count in sorted(middle.requests.items())
         )
         cells = [
-            VARIANTS[variant],
+            plan.variants[variant],
             f"{median:,.0f}",
             " / ".join(f"{rate:,.0f}" for rate in rates),
             f"{median / raw_median:.2f}",
@@ -293,6 +308,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pollers", type=int, default=4, help="raw pollers P (default 4)")
     parser.add_argument("--max", type=int, default=100, help="each raw poll's max M (default 100)")
     parser.add_argument(
+        "--batch",
+        type=int,
+        nargs="+",
+        default=[],
+        help="run the workers with each of these batch sizes (default: their default)",
+    )
+    parser.add_argument(
         "--client",
         type=Path,
         default=CLIENT_PATH,
@@ -308,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         max=args.max,
         warm_up=0 if args.quick else min(messages, 5_000),
         client=args.client.resolve(),
+        batches=tuple(args.batch),
     )
     if not 1 <= plan.concurrency <= 1000:
         parser.error("pollers × max is the workers' concurrency: 1–1000")

@@ -83,23 +83,23 @@ class _Handled:
         return next(self._counter) - 1
 
 
-async def _async_worker(url: str, messages: int, concurrency: int) -> int:
+async def _async_worker(url: str, messages: int, concurrency: int, batch: int | None) -> int:
     async with AsyncClient(url) as client:
 
         async def handler(message: DeliveredMessage) -> None:
             handled.tick()
 
-        worker = AsyncWorker(client, QUEUE, handler, concurrency=concurrency)
+        worker = AsyncWorker(client, QUEUE, handler, concurrency=concurrency, batch=batch)
         handled = _Handled(messages, worker.stop)
         await worker.run(handle_signals=False)
     return handled.total()
 
 
-def _thread_worker(url: str, messages: int, concurrency: int) -> int:
+def _thread_worker(url: str, messages: int, concurrency: int, batch: int | None) -> int:
     def handler(message: DeliveredMessage) -> None:
         handled.tick()
 
-    worker = Worker(url, QUEUE, handler, concurrency=concurrency)
+    worker = Worker(url, QUEUE, handler, concurrency=concurrency, batch=batch)
     handled = _Handled(messages, worker.stop)
     worker.run(handle_signals=False)
     return handled.total()
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, required=True)
     parser.add_argument("--pollers", type=int, default=4)
     parser.add_argument("--max", type=int, default=100)
+    parser.add_argument("--batch", type=int, help="the workers' batch (default: theirs)")
     args = parser.parse_args(argv)
     host, port = args.url.removeprefix("http://").rsplit(":", 1)
     concurrency = args.pollers * args.max
@@ -121,8 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     drains: dict[str, Callable[[], Any]] = {
         "raw": lambda: asyncio.run(_raw(host, int(port), args.pollers, args.max, False)),
         "raw-keys": lambda: asyncio.run(_raw(host, int(port), args.pollers, args.max, True)),
-        "async": lambda: asyncio.run(_async_worker(args.url, args.messages, concurrency)),
-        "threads": lambda: _thread_worker(args.url, args.messages, concurrency),
+        "async": lambda: asyncio.run(
+            _async_worker(args.url, args.messages, concurrency, args.batch)
+        ),
+        "threads": lambda: _thread_worker(args.url, args.messages, concurrency, args.batch),
     }
     # httpx imports its transport when the first client is made: not part of the drain.
     asyncio.run(AsyncClient(args.url).aclose())

@@ -229,10 +229,18 @@ class QueueService:
             first_look = True
             while True:
                 ticket = self.notifier.ticket(queue)
-                if not first_look and abandoned is not None and await abandoned():
-                    return None
+                # The caller is asked after each wake-up, not at the first look.
+                gone = None if first_look else abandoned
                 first_look = False
+                if gone is not None and await gone():
+                    return None
                 lease = await self._claim(queue, settings, limit, lease_ms)
+                if lease is not None and gone is not None and await gone():
+                    # The caller hung up while this look claimed (a worker stopping cuts
+                    # its waiting poll short): give the messages back now rather than
+                    # leave them leased to nobody until the lease ends.
+                    await self.release(queue, lease.lock_id, 0)
+                    return None
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease

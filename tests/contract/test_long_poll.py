@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import threading
@@ -135,6 +136,56 @@ def test_a_poll_whose_client_hung_up_leases_nothing(clean_database, clock):
             assert put(client, "q", "k", 1).status_code == 201  # wakes the abandoned poll
             assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
             assert keys_of(poll(client, "q")) == ["k"]
+
+
+def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(clean_database, clock):
+    """A worker stopping cuts its waiting poll short; if the poll claimed meanwhile, what it
+    claimed is due again at once, not leased to nobody until the lease ends (the fake
+    clock never reaches that end here)."""
+    settings = clean_database.settings(poll_recheck_seconds=WAIT)
+    app = create_app(settings, clock=clock)
+    with serving(app) as (port, _server):
+        service = app.state.service
+        waiting = WaitingPolls(service)
+        claimed, hung_up_closed, finished = threading.Event(), threading.Event(), threading.Event()
+        callers: list = []
+        original_poll, original_claim = service.poll, service._claim
+
+        async def tracked_poll(*args, **kwargs):
+            callers.append(kwargs["abandoned"])
+            try:
+                return await original_poll(*args, **kwargs)
+            finally:
+                finished.set()
+
+        async def claim_then_lose_the_caller(*args, **kwargs):
+            lease = await original_claim(*args, **kwargs)
+            if lease is not None:
+                claimed.set()
+                await asyncio.to_thread(hung_up_closed.wait, RETURNED_EARLY)
+                # Until the server has seen the hang-up (an event, bounded by a deadline).
+                deadline = asyncio.get_running_loop().time() + RETURNED_EARLY
+                while not await callers[0]() and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.01)
+            return lease
+
+        service.poll, service._claim = tracked_poll, claim_then_lose_the_caller
+        body = b'{"wait": 20, "lease": 600}'
+        hung_up = socket.create_connection(("127.0.0.1", port), timeout=RETURNED_EARLY)
+        hung_up.sendall(
+            b"POST /v1/queues/q/poll HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        waiting.wait_for(1)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=RETURNED_EARLY) as client:
+            assert put(client, "q", "k", 1).status_code == 201  # wakes the poll; it claims "k"
+            assert claimed.wait(RETURNED_EARLY), "the waiting poll claimed nothing"
+            hung_up.close()
+            hung_up_closed.set()
+            assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
+            service._claim = original_claim
+            again = poll(client, "q")["messages"]  # the clock has not moved
+            assert [(m["key"], m["deliveries"]) for m in again] == [("k", 2)]
 
 
 def test_a_stopping_server_answers_waiting_polls_at_once(clean_database, clock):

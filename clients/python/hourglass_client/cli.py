@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         help="messages handled at once, 1-1000 (default: %(default)s)",
     )
     parser.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help="most messages one poll asks for, 1 to --concurrency (default: half of it)",
+    )
+    parser.add_argument(
         "--lease",
         type=float,
         default=30.0,
@@ -131,6 +137,7 @@ def main(arguments: Sequence[str] | None = None) -> int:
         parser.error(f"cannot load {options.handler!r}: {type(error).__name__}: {error}")
     settings = {
         "concurrency": options.concurrency,
+        "batch": options.batch,
         "lease": options.lease,
         "wait": options.wait,
         "logger": log,

@@ -238,7 +238,9 @@ class Lease:
 
 @dataclass(frozen=True)
 class AckResult:
-    """A per-key acknowledgement: the keys deleted, and those the lock no longer held."""
+    """A per-key acknowledgement: the keys deleted, and those the lock no longer held (the
+    client repeats an acknowledgement whose answer was lost: what its first attempt
+    deleted is `missing` then)."""
 
     acknowledged: list[str]
     missing: list[str]

@@ -129,6 +129,7 @@ class _Engine:
         queue: str,
         *,
         concurrency: int,
+        batch: int,
         lease: float,
         wait: float,
         log: logging.Logger,
@@ -136,6 +137,9 @@ class _Engine:
         self.client = client
         self.queue = queue
         self.concurrency = concurrency
+        self.batch = batch
+        # Polls out together: enough to ask for every slot, and at least a second one.
+        self._in_flight = max(2, -(-concurrency // batch))
         self.lease = lease
         self.wait = wait
         self.log = log
@@ -180,10 +184,11 @@ class _Engine:
 
     async def run(self) -> None:
         self.log.info(
-            "worker started: queue %r at %s, concurrency %d, lease %g s",
+            "worker started: queue %r at %s, concurrency %d, polls of up to %d, lease %g s",
             self.queue,
             self.client.options.url,
             self.concurrency,
+            self.batch,
             self.lease,
         )
         settler = asyncio.create_task(self._settle_loop())
@@ -212,22 +217,26 @@ class _Engine:
     # Polling
 
     async def _poll_loop(self) -> None:
-        """Poll for the free slots until a stop. One poll at a time may wait for messages
-        (`wait`); slots that free up while it is out are asked for at once by a second
-        poll that does not wait, so neither a poll waiting on an empty queue nor a slow
-        answer keeps freed slots idle while messages are due. After a second poll finds
-        nothing, none goes out again until the waiting one has come back."""
+        """Poll for the free slots until a stop, in polls of at most `batch` messages.
+
+        One poll at a time may wait for messages (`wait`); the others ask for free
+        slots at once and do not wait, up to `_in_flight` polls out together, so
+        neither a poll waiting on an empty queue nor a slow answer keeps freed slots
+        idle while messages are due, and the service works on several polls while
+        handlers run. Those polls go out only while the queue has more due than was
+        asked for: after a poll comes back short, only the waiting one goes out until
+        it has come back with all it asked for."""
         loop = asyncio.get_running_loop()
         polls: dict[asyncio.Future[Lease], _Poll] = {}
-        second_allowed = True
+        hungry = True  # the last poll back brought all it asked for
         failures = 0
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             while not self.stopping.is_set():
                 asked = sum(poll.asked for poll in polls.values())
-                free = min(self.concurrency - len(self._jobs) - asked, 1000)
+                free = min(self.concurrency - len(self._jobs) - asked, self.batch)
                 waiting = any(poll.waits for poll in polls.values())
-                may_send = not polls or (len(polls) == 1 and (not waiting or second_allowed))
+                may_send = not polls or (len(polls) < self._in_flight and (not waiting or hungry))
                 if free > 0 and may_send:
                     poll = _Poll(free, not waiting, loop.time())
                     polls[self._send(poll)] = poll
@@ -259,10 +268,7 @@ class _Engine:
                         await self._until_stopping(asyncio.sleep(pause))
                         continue
                     failures = 0
-                    if poll.waits:
-                        second_allowed = True
-                    elif not lease.messages:
-                        second_allowed = False
+                    hungry = len(lease.messages) >= poll.asked
                     if poll.waits and not lease.messages and self.wait < _IDLE_PAUSE:
                         # Nothing due and a poll that does not wait: do not ask again at once.
                         await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
@@ -455,9 +461,12 @@ class _Engine:
         else:
             for key in result.missing:
                 self.log.warning(
-                    "acknowledged %r too late: its lease was lost (taken by another poll, or "
-                    "the message was updated); it may be delivered again",
+                    "acknowledged %r, but lock %s no longer held it: its lease was lost "
+                    "(taken by another poll, or the message was updated) and it may be "
+                    "delivered again, unless an earlier attempt of this acknowledgement "
+                    "deleted it and its answer was lost",
                     key,
+                    lock_id,
                 )
         self._done_with(lock_id, keys)
 
@@ -608,14 +617,23 @@ class _ThreadEngine(_Engine):
                 thread.join()
 
 
-def _check(concurrency: int, lease: Seconds, wait: Seconds) -> tuple[float, float]:
+def _check(
+    concurrency: int, batch: int | None, lease: Seconds, wait: Seconds
+) -> tuple[int, float, float]:
     if not 1 <= concurrency <= 1000:
         raise ValueError(f"concurrency must be 1–1000, not {concurrency}")
+    if batch is None:
+        # Two polls share the slots: the service answers one while the handlers run
+        # the other's messages (a worker whose slots all free up at once would
+        # otherwise wait for a whole poll between two rounds).
+        batch = -(-concurrency // 2)
+    elif not 1 <= batch <= concurrency:
+        raise ValueError(f"batch must be 1–concurrency ({concurrency}), not {batch}")
     if not 1 <= seconds(lease) <= 43200:
         raise ValueError(f"lease must be 1–43200 seconds, not {seconds(lease)}")
     if not 0 <= seconds(wait) <= 20:
         raise ValueError(f"wait must be 0–20 seconds, not {seconds(wait)}")
-    return seconds(lease), seconds(wait)
+    return batch, seconds(lease), seconds(wait)
 
 
 class _Signals:
@@ -658,6 +676,7 @@ class AsyncWorker:
         handler: AsyncHandler,
         *,
         concurrency: int = 10,
+        batch: int | None = None,
         lease: Seconds = 30.0,
         wait: Seconds = 20.0,
         logger: logging.Logger = logger,
@@ -668,7 +687,7 @@ class AsyncWorker:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.lease, self.wait = _check(concurrency, lease, wait)
+        self.batch, self.lease, self.wait = _check(concurrency, batch, lease, wait)
         self.logger = logger
         self._engine: _Engine | None = None
 
@@ -680,6 +699,7 @@ class AsyncWorker:
             self.queue,
             self.handler,
             concurrency=self.concurrency,
+            batch=self.batch,
             lease=self.lease,
             wait=self.wait,
             log=self.logger,
@@ -714,6 +734,7 @@ class Worker:
         handler: Handler,
         *,
         concurrency: int = 10,
+        batch: int | None = None,
         lease: Seconds = 30.0,
         wait: Seconds = 20.0,
         token: str | None = None,
@@ -728,7 +749,7 @@ class Worker:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.lease, self.wait = _check(concurrency, lease, wait)
+        self.batch, self.lease, self.wait = _check(concurrency, batch, lease, wait)
         self.logger = logger
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine: _Engine | None = None
@@ -746,6 +767,7 @@ class Worker:
                 self.queue,
                 self.handler,
                 concurrency=self.concurrency,
+                batch=self.batch,
                 lease=self.lease,
                 wait=self.wait,
                 log=self.logger,

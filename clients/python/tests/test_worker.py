@@ -102,7 +102,7 @@ def test_each_message_of_a_poll_is_settled_on_its_own(hourglass, queue):
         if message.key == "later":
             raise Retry(timedelta(hours=1), "the partner's API is down")
 
-    with working(Worker(hourglass, queue, handler, concurrency=4)):
+    with working(Worker(hourglass, queue, handler, concurrency=4, batch=4)):
         assert calls.reached.wait(WAIT)
     # One poll took all four (the free slots); each was settled on its own.
     assert len({lock for key in ["ok-1", "ok-2", "later"] for lock in locks[key]}) == 1
@@ -174,13 +174,38 @@ def test_polls_ask_for_the_free_slots_and_no_more_run_at_once(hourglass, queue, 
         done.tick()
 
     caplog.set_level(logging.DEBUG, logger="hourglass_client.worker")
-    with working(Worker(hourglass, queue, handler, concurrency=3)):
+    with working(Worker(hourglass, queue, handler, concurrency=3, batch=3)):
         assert done.reached.wait(WAIT)
     assert running[1] == 3  # ... and never more
     asked = [record.args[2] for record in caplog.records if record.msg.startswith("polled")]
     got = [record.args[0] for record in caplog.records if record.msg.startswith("polled")]
     assert asked[0] == 3 and got[0] == 3 and max(asked) <= 3
     assert sum(got) == 9
+
+
+def test_two_polls_of_half_the_slots_fill_them_by_default(hourglass, queue, caplog):
+    hourglass.offer_many(queue, [_offer(f"m{index}") for index in range(8)])
+    four_at_once = threading.Barrier(4, timeout=WAIT)
+    done = Countdown(8)
+
+    def handler(message):
+        if message.key in {"m0", "m1", "m2", "m3"}:
+            four_at_once.wait()  # the first two polls' messages run together
+        done.tick()
+
+    caplog.set_level(logging.DEBUG, logger="hourglass_client.worker")
+    with working(Worker(hourglass, queue, handler, concurrency=4)):
+        assert done.reached.wait(WAIT)
+    polled = [record.args for record in caplog.records if record.msg.startswith("polled")]
+    assert [(got, asked) for got, _lock, asked in polled[:2]] == [(2, 2), (2, 2)]
+    assert max(asked for _got, _lock, asked in polled) <= 2
+    assert sum(got for got, _lock, _asked in polled) == 8
+
+
+@pytest.mark.parametrize("batch", [0, 5])
+def test_a_batch_outside_one_to_the_concurrency_is_refused(batch):
+    with pytest.raises(ValueError, match="batch must be 1–concurrency"):
+        Worker("http://127.0.0.1:9", "q", lambda message: None, concurrency=4, batch=batch)
 
 
 def test_a_refused_poll_stops_the_worker_with_its_error(hourglass):
@@ -327,7 +352,7 @@ def test_a_slot_freed_while_a_poll_is_out_is_polled_for_at_once(service, queue):
                 if message.key == "c":
                     c_done.set()
 
-            worker = AsyncWorker(hourglass, queue, handler, concurrency=2, wait=1)
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=2, batch=2, wait=1)
             running = asyncio.create_task(worker.run(handle_signals=False))
             # a and b come in the first poll; a is done at once, and its slot's poll is
             # held back while b runs.
