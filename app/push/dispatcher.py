@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -50,6 +50,8 @@ REFRESH_SECONDS = 2.0
 # On stop, requests in flight get this long to end before they are cancelled (and
 # their messages released, due now).
 STOP_GRACE_SECONDS = 5.0
+# Told of each push settled: its queue, its key, how its request ended.
+SettledListener = Callable[[str, str, "PushResult"], None]
 # A claim waits at most this long before it looks again (it wakes on offers and at the
 # next due time anyway, like a long poll).
 CLAIM_WAIT_SECONDS = 20.0
@@ -80,8 +82,10 @@ class QueuePusher:
         allowed: tuple[str, ...],
         secrets: tuple[str, ...],
         events: PushEvents,
+        listeners: Sequence[SettledListener] = (),
     ) -> None:
         self.service = service
+        self.listeners = listeners
         self.queue = queue
         self.target = target
         self.allowed = allowed
@@ -204,6 +208,8 @@ class QueuePusher:
         self.events.pushed(self.queue, result, loop.time() - started)
         entry.settling = True
         await self._settle(lease.lock_id, [entry.key], acknowledge=result is PushResult.SUCCESS)
+        for listener in self.listeners:
+            listener(self.queue, entry.key, result)
 
     def _headers(self, lock_id: str, delivery: Delivery, body: bytes) -> dict[str, str]:
         message = delivery.message
@@ -305,7 +311,8 @@ class PushDispatcher:
         self._changed_at: dict[str, int] = {}
         self._refused: set[tuple[str, str]] = set()
         self._warned_unsigned = False
-        self.refreshed = asyncio.Event()  # set after each refresh (tests wait on it)
+        # Told of each push once settled (tests wait on them).
+        self.settled_listeners: list[SettledListener] = []
 
     def start(self) -> None:
         self.service.settings_listeners.append(self._settings_changed)
@@ -379,6 +386,7 @@ class PushDispatcher:
             allowed=self.allowed,
             secrets=self.secrets,
             events=self.events,
+            listeners=self.settled_listeners,
         )
         self.pushers[queue] = pusher
         pusher.start()
@@ -406,6 +414,5 @@ class PushDispatcher:
                     "push: reading which queues push failed; trying again in %s s",
                     self.refresh_seconds,
                 )
-            self.refreshed.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.refresh_seconds)
