@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # A push claim's lease outlasts its request's timeout by this much (ms): the request
 # ends by its timeout, then its settlement needs a moment; no claim takes it meanwhile.
 LEASE_MARGIN_MS = 5_000
+# A request ends at least this long before its lease (s), leaving its settlement time.
+SETTLE_MARGIN_SECONDS = 1.0
 # The endpoint's answer is read up to this many bytes; then the connection is closed.
 RESPONSE_BODY_LIMIT = 64 * 1024
 # How often each replica reads which queues push (a change made through another
@@ -200,11 +202,20 @@ class QueuePusher:
             entry.settling = True
             await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
             return
+        # The request ends a margin before the lease does, even when the claim itself was
+        # slow (it waited for the database): no other claim can take the message while
+        # its request may still run.
+        lease_left = (lease.expires_at - self.service.clock.now_ms()) / 1000
+        budget = min(self.timeout_seconds, lease_left - SETTLE_MARGIN_SECONDS)
+        if budget <= 0:
+            entry.settling = True
+            await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
+            return
         body = delivered_message(delivery, lease.expires_at)
         headers = self._headers(lease.lock_id, delivery, body)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        result = await self._send(body, headers)
+        result = await self._send(body, headers, budget)
         self.events.pushed(self.queue, result, loop.time() - started)
         entry.settling = True
         await self._settle(lease.lock_id, [entry.key], acknowledge=result is PushResult.SUCCESS)
@@ -227,11 +238,11 @@ class QueuePusher:
             headers["hourglass-signature"] = signed
         return headers
 
-    async def _send(self, body: bytes, headers: dict[str, str]) -> PushResult:
+    async def _send(self, body: bytes, headers: dict[str, str], budget: float) -> PushResult:
         """POST `body`; how it ended. The whole request (connecting, sending, the answer's
-        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by the timeout."""
+        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by `budget` seconds."""
         try:
-            async with asyncio.timeout(self.timeout_seconds):
+            async with asyncio.timeout(budget):
                 async with self.client.stream(
                     "POST", self.target.url, content=body, headers=headers
                 ) as response:
