@@ -57,6 +57,9 @@ SettledListener = Callable[[str, str, "PushResult"], None]
 # A claim waits at most this long before it looks again (it wakes on offers and at the
 # next due time anyway, like a long poll).
 CLAIM_WAIT_SECONDS = 20.0
+# A pusher claims once this fraction of its slots is free (1/4: at least one): a due
+# message waits for a claim only while nearly every slot is busy.
+CLAIM_BATCH_DIVISOR = 4
 # After a claim failed (the database unreachable), the pusher tries again after this long.
 CLAIM_RETRY_SECONDS = 1.0
 USER_AGENT = f"hourglass/{__version__}"
@@ -69,6 +72,13 @@ class _InFlight:
     lock_id: str
     key: str
     settling: bool = False
+
+
+def _resolve(waiting: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]]) -> None:
+    for entries in waiting.values():
+        for _, done in entries:
+            if not done.done():
+                done.set_result(None)
 
 
 class QueuePusher:
@@ -107,6 +117,10 @@ class QueuePusher:
         self._wake = asyncio.Event()  # a slot came free, or stop
         self._requests: dict[asyncio.Task[None], _InFlight] = {}
         self._task: asyncio.Task[None] | None = None
+        # Settlements waiting for the one in progress: (lock id, acknowledge) -> keys and
+        # what each push waits on.
+        self._unsettled: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]] = {}
+        self._settler: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -149,11 +163,14 @@ class QueuePusher:
 
     async def _claim_loop(self) -> None:
         lease_seconds = (self.target.timeout_ms + LEASE_MARGIN_MS) / 1000
+        # A claim costs about what a message's request does against a quick endpoint:
+        # with many slots, claiming for each one freed would make claims the bottleneck.
+        batch = max(1, self.target.concurrency // CLAIM_BATCH_DIVISOR)
         while not self._stopping:
             free = self.target.concurrency - len(self._requests)
-            if free <= 0:
+            if free < batch:
                 self._wake.clear()
-                if len(self._requests) >= self.target.concurrency and not self._stopping:
+                if self.target.concurrency - len(self._requests) < batch and not self._stopping:
                     await self._wake.wait()
                 continue
             try:
@@ -218,7 +235,7 @@ class QueuePusher:
         result = await self._send(body, headers, budget)
         self.events.pushed(self.queue, result, loop.time() - started)
         entry.settling = True
-        await self._settle(lease.lock_id, [entry.key], acknowledge=result is PushResult.SUCCESS)
+        await self._settle_soon(lease.lock_id, entry.key, result is PushResult.SUCCESS)
         for listener in self.listeners:
             listener(self.queue, entry.key, result)
 
@@ -260,6 +277,33 @@ class QueuePusher:
         except Exception:  # whatever failed, the message goes back with its retry delay
             log.exception("push to %r: the request failed", self.queue)
             return PushResult.ERROR
+
+    async def _settle_soon(self, lock_id: str, key: str, acknowledge: bool) -> None:
+        """Acknowledge or release `key` with what else ended meanwhile on its lock: while a
+        settlement runs, those that follow gather, and go as one statement per lock and
+        outcome (a claim's messages share a lock). Returns once it is done."""
+        done = asyncio.get_running_loop().create_future()
+        self._unsettled.setdefault((lock_id, acknowledge), []).append((key, done))
+        if self._settler is None:
+            self._settler = asyncio.create_task(self._settle_gathered())
+        await done
+
+    async def _settle_gathered(self) -> None:
+        gathered: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]] = {}
+        try:
+            while self._unsettled:
+                gathered, self._unsettled = self._unsettled, {}
+                await asyncio.gather(
+                    *(
+                        self._settle(lock_id, [key for key, _ in waiting], acknowledge=acknowledge)
+                        for (lock_id, acknowledge), waiting in gathered.items()
+                    )
+                )
+                _resolve(gathered)
+        finally:
+            self._settler = None
+            _resolve(gathered)  # cancelled: nobody waits forever (the leases bring them back)
+            _resolve(self._unsettled)
 
     async def _settle(
         self,
