@@ -467,6 +467,10 @@ class PushDispatcher:
         while not self._stop.is_set():
             try:
                 await self.refresh()
+                if not self.allowed:
+                    # No target can be admitted until a restart: one read, to warn of
+                    # stored ones, is all it takes (an idle service costs nothing more).
+                    return
             except Exception as error:
                 self.events.error("push_refresh")
                 log.warning(

@@ -521,14 +521,14 @@ def test_a_setting_changed_through_another_replica_applies_at_its_next_refresh(
         assert here.dispatcher.pushers == {}
 
 
+@pytest.mark.parametrize("narrower", ["http://127.0.0.1:1/", ""])
 def test_a_stored_target_outside_a_narrower_list_is_never_called(
-    clean_database, clock, endpoint, caplog
+    clean_database, clock, endpoint, caplog, narrower
 ):
     with service_for(clean_database, clock, endpoint.prefix) as before:
         before.push_to(endpoint.url())
         before.configure("r", push={"url": endpoint.url("/r")})
     caplog.set_level(logging.WARNING, logger="app.push.dispatcher")
-    narrower = "http://127.0.0.1:1/"
     with service_for(clean_database, clock, endpoint.prefix, push_allowed=narrower) as after:
         after.refresh()
         assert after.dispatcher.pushers == {}
