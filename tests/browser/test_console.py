@@ -278,6 +278,55 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
     )
 
 
+@PAGE_ONLY
+def test_a_queues_push_target_is_shown_and_kept(console, unique):
+    service = console.service
+    queue = f"push-{unique}"  # no messages: nothing is pushed to the target nobody serves
+    push = {"url": "http://127.0.0.1:9/hooks/reminders", "timeout": 5.0, "concurrency": 2}
+    answer = service.api.put(f"/v1/queues/{queue}/settings", json={"push": push})
+    assert answer.status_code == 200, answer.text
+
+    console.open(f"/console/queues/{queue}")
+    console.wait_for_text(
+        "#push-target", "pushed to http://127.0.0.1:9/hooks/reminders (2 at once, 5 s timeout)"
+    )
+    assert console.find('input[name="push_url"]').get_attribute("value") == push["url"]
+    assert console.find('input[name="push_concurrency"]').get_attribute("value") == "2"
+    # Saving another field keeps the target (a PUT replaces every setting).
+    console.type_into('input[name="max_deliveries"]', "7")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait_for_text("#settings-status", "Saved at")
+    settings = service.api.get(f"/v1/queues/{queue}/settings").json()
+    assert (settings["max_deliveries"], settings["push"]) == (7, push)
+
+    # A target outside HOURGLASS_PUSH_ALLOWED: the service's 422 is shown, nothing changes.
+    console.expect_api_errors(422)
+    console.type_into('input[name="push_url"]', "http://127.0.0.1:9/elsewhere")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait_for_text("#settings-status", "HOURGLASS_PUSH_ALLOWED")
+    assert service.api.get(f"/v1/queues/{queue}/settings").json()["push"] == push
+
+    # The URL emptied: no push.
+    console.type_into('input[name="push_url"]', "")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: service.api.get(f"/v1/queues/{queue}/settings").json()["push"] is None,
+        "no push target",
+    )
+    console.wait(
+        lambda: (
+            console.driver.execute_script(
+                "return document.querySelector('#push-target').textContent"
+            )
+            == ""
+        ),
+        "no push line",
+    )
+
+
 def _no_script_ran(console: Console) -> None:
     assert console.driver.execute_script("return window.__pwned") is None
     assert not console.alert_shown()

@@ -30,6 +30,7 @@ from hourglass_client.models import (
     Offer,
     OfferResult,
     Page,
+    PushTarget,
     QueueSettings,
     QueueStats,
     RedriveResult,
@@ -371,13 +372,16 @@ def put_settings(
     max_deliveries: int | None = None,
     dead_letter_queue: str | None = None,
     retry: RetryPolicy | None = None,
+    push: PushTarget | None = None,
 ) -> Call[QueueSettings]:
-    """Replace the queue's settings whole: what is left out (None) goes back to its default."""
+    """Replace the queue's settings whole: what is left out (None) goes back to its default
+    (no retry policy, no push)."""
     body = _present(
         default_lease=None if default_lease is None else seconds(default_lease),
         max_deliveries=max_deliveries,
         dead_letter_queue=dead_letter_queue,
         retry=None if retry is None else retry.to_json(),
+        push=None if push is None else push.to_json(),
     )
     return Call(
         "PUT",

@@ -313,6 +313,25 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class PushTarget:
+    """Where the service pushes a queue's due messages (SPEC §12): `POST url` per message,
+    `timeout` seconds each at most, up to `concurrency` at once per replica."""
+
+    url: str
+    timeout: float = 10.0
+    concurrency: int = 4
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "timeout": self.timeout, "concurrency": self.concurrency}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> PushTarget | None:
+        if data is None:
+            return None
+        return cls(data["url"], data["timeout"], data["concurrency"])
+
+
+@dataclass(frozen=True)
 class QueueSettings:
     """A queue's settings as they apply, defaults filled in (`updated_at` None: never set)."""
 
@@ -322,6 +341,7 @@ class QueueSettings:
     dead_letter_queue: str
     retry: RetryPolicy | None
     updated_at: datetime | None
+    push: PushTarget | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueSettings:
@@ -332,6 +352,7 @@ class QueueSettings:
             data["dead_letter_queue"],
             RetryPolicy.from_json(data.get("retry")),
             _optional_time(data.get("updated_at")),
+            PushTarget.from_json(data.get("push")),
         )
 
 

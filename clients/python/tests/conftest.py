@@ -19,6 +19,8 @@ from tests.server import Server, running_server
 
 # The client speaks HTTP only: SQLite and PostgreSQL, the embedded default and the
 # production server, stand for the databases behind it.
+# Push targets a test may name (nothing listens there).
+SERVER_ENVIRONMENT = {"HOURGLASS_PUSH_ALLOWED": "http://127.0.0.1:9/hooks/"}
 CLIENT_DATABASES = [name for name in ("sqlite", "postgresql") if name in DATABASES]
 
 
@@ -27,10 +29,13 @@ def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     """`hourglass serve` on a database of its own, once per test module and database."""
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("client") / "hourglass.db"
-        with running_server(f"sqlite:///{path}") as server:
+        with running_server(f"sqlite:///{path}", **SERVER_ENVIRONMENT) as server:
             yield server
     else:
-        with scratch_database(request.param, "client") as url, running_server(url) as server:
+        with (
+            scratch_database(request.param, "client") as url,
+            running_server(url, **SERVER_ENVIRONMENT) as server,
+        ):
             yield server
 
 

@@ -18,6 +18,7 @@ from hourglass_client import (
     NotFound,
     Offer,
     OfferResult,
+    PushTarget,
     QueueSettings,
     QueueStats,
     RetryPolicy,
@@ -257,3 +258,16 @@ def test_a_queues_retry_setting(api, queue):
     assert api.put_settings(queue, retry=policy).retry == policy
     assert api.get_settings(queue).retry == policy
     assert api.put_settings(queue).retry is None
+
+
+def test_a_queues_push_target(api, queue):
+    target = PushTarget("http://127.0.0.1:9/hooks/reminders", timeout=5, concurrency=2)
+    assert api.put_settings(queue, push=target).push == target
+    assert api.get_settings(queue).push == target
+    assert api.put_settings(queue, push=PushTarget("http://127.0.0.1:9/hooks/x")).push == (
+        PushTarget("http://127.0.0.1:9/hooks/x", timeout=10.0, concurrency=4)
+    )
+    with pytest.raises(Invalid) as refused:
+        api.put_settings(queue, push=PushTarget("http://127.0.0.1:9/elsewhere"))
+    assert "HOURGLASS_PUSH_ALLOWED" in str(refused.value)
+    assert api.put_settings(queue).push is None

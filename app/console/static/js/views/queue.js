@@ -38,6 +38,7 @@ export async function queuePage(context) {
 
   const counts = h("div", { className: "cards", id: "counts" });
   const deadLetterLine = h("span", { className: "muted", id: "dead-letter-queue" });
+  const pushLine = h("span", { className: "muted", id: "push-target" });
   // A redrive is offered where dead letters are: in a queue named as one, or once a
   // message listed here says which queue it was dead-lettered from.
   const redrive = redriveSection(context);
@@ -49,8 +50,14 @@ export async function queuePage(context) {
 
   function drawCounts(latest) {
     fill(counts, countCards(latest));
-    const deadLetterQueue = settingsPart.current().dead_letter_queue;
+    const current = settingsPart.current();
+    const deadLetterQueue = current.dead_letter_queue;
     fill(deadLetterLine, "dead letters go to ", link(queueHref(deadLetterQueue), deadLetterQueue));
+    // Where the service pushes the queue's messages, if it does (SPEC §12).
+    fill(
+      pushLine,
+      current.push ? ["pushed to ", h("code", {}, current.push.url), ` (${current.push.concurrency} at once, ${number(current.push.timeout)} s timeout)`] : [],
+    );
   }
 
   async function refreshCounts() {
@@ -60,7 +67,7 @@ export async function queuePage(context) {
   fill(
     context.root,
     context.notice,
-    h("div", { className: "heading" }, h("h1", { className: "queue-name" }, queue), deadLetterLine),
+    h("div", { className: "heading" }, h("h1", { className: "queue-name" }, queue), deadLetterLine, pushLine),
     counts,
     redrive,
     messages.element,
@@ -288,6 +295,10 @@ function settingsSection(context, initial, saved) {
   const maxDelay = h("input", { type: "number", name: "retry_max_delay", min: 0.001, step: "any", placeholder: "none" });
   const multiplier = h("input", { type: "number", name: "retry_multiplier", min: 1, max: 100, step: "any", placeholder: "2" });
   const jitter = h("input", { type: "number", name: "retry_jitter", min: 0, max: 1, step: "any", placeholder: "0" });
+  // Push delivery: an empty URL means none (workers poll).
+  const pushUrl = h("input", { type: "url", name: "push_url", placeholder: "none: workers poll", spellcheck: false });
+  const pushTimeout = h("input", { type: "number", name: "push_timeout", min: 0.001, max: 300, step: "any", placeholder: "10" });
+  const pushConcurrency = h("input", { type: "number", name: "push_concurrency", min: 1, max: 100, step: 1, placeholder: "4" });
   const status = h("div", { className: "muted", role: "status", id: "settings-status" });
   const field = (label, input, hint) =>
     h("label", { className: "field" }, h("span", {}, label), input, h("small", { className: "muted" }, hint));
@@ -301,6 +312,10 @@ function settingsSection(context, initial, saved) {
     maxDelay.value = retry ? String(retry.max_delay) : "";
     multiplier.value = retry ? String(retry.multiplier) : "";
     jitter.value = retry ? String(retry.jitter) : "";
+    const push = settings.push;
+    pushUrl.value = push ? push.url : "";
+    pushTimeout.value = push ? String(push.timeout) : "";
+    pushConcurrency.value = push ? String(push.concurrency) : "";
   }
 
   // Both delays, or neither (no policy); the multiplier and jitter left empty take the API's defaults.
@@ -310,6 +325,15 @@ function settingsSection(context, initial, saved) {
     if (multiplier.value !== "") retry.multiplier = Number(multiplier.value);
     if (jitter.value !== "") retry.jitter = Number(jitter.value);
     return retry;
+  }
+
+  // A URL, or no push; the timeout and concurrency left empty take the API's defaults.
+  function pushBody() {
+    if (pushUrl.value.trim() === "") return null;
+    const push = { url: pushUrl.value.trim() };
+    if (pushTimeout.value !== "") push.timeout = Number(pushTimeout.value);
+    if (pushConcurrency.value !== "") push.concurrency = Number(pushConcurrency.value);
+    return push;
   }
 
   async function save(event) {
@@ -325,6 +349,7 @@ function settingsSection(context, initial, saved) {
       max_deliveries: deliveries.value === "" ? null : Number(deliveries.value),
       dead_letter_queue: deadLetterQueue.value.trim() || null,
       retry: retryBody(),
+      push: pushBody(),
     };
     await act(context, status, async () => {
       current = await call("PUT", paths.settings(queue), { body, signal: context.signal });
@@ -344,6 +369,9 @@ function settingsSection(context, initial, saved) {
     field("Retry: longest delay (seconds)", maxDelay, "the delay grows up to this; empty: the first delay"),
     field("Retry: multiplier", multiplier, "growth per delivery; empty: 2"),
     field("Retry: jitter (0 to 1)", jitter, "spread either way, as a fraction of the delay; empty: 0"),
+    field("Push to (URL)", pushUrl, "the service POSTs each due message here (a prefix of HOURGLASS_PUSH_ALLOWED); empty: none"),
+    field("Push: timeout (seconds)", pushTimeout, "a request not answered by then is released for retry; empty: 10"),
+    field("Push: concurrency", pushConcurrency, "requests in flight at once per replica; empty: 4"),
     h("div", { className: "actions" }, h("button", { type: "submit", className: "primary" }, "Save settings")),
   );
   show(initial);
