@@ -289,7 +289,8 @@ def test_a_stop_while_a_poll_answers_gives_back_what_it_did_not_start(service, q
         async with StopsAsItPolls(service.url) as hourglass:
             await hourglass.offer(queue, "a", 1)
             await hourglass.offer(queue, "b", 2)
-            worker = AsyncWorker(hourglass, queue, handler)
+            # One poll for every slot: no second poll out to claim what the first gives back.
+            worker = AsyncWorker(hourglass, queue, handler, batch=10)
             await asyncio.wait_for(worker.run(handle_signals=False), WAIT)
 
     worker: AsyncWorker
