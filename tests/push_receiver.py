@@ -51,20 +51,26 @@ def always_ok(_key: str, _delivery: int) -> Plan:
 
 
 def faults(
-    *, fail: float = 0.0, hold: float = 0.0, clean_from: int | None = None, seed: str = ""
+    *,
+    fail: float = 0.0,
+    hold: float = 0.0,
+    clean_from: int | None = None,
+    latency: float = 0.0,
+    seed: str = "",
 ) -> Rule:
     """A rule that answers `fail` of the requests 500 and holds `hold` of them, chosen by a
-    hash of key and delivery (the same in every run); from delivery `clean_from` on, 200."""
+    hash of key and delivery (the same in every run); from delivery `clean_from` on, 200.
+    Answers take `latency` seconds."""
 
     def rule(key: str, delivery: int) -> Plan:
         if clean_from is not None and delivery >= clean_from:
-            return Plan(Fault.OK)
+            return Plan(Fault.OK, latency)
         draw = _uniform(f"{seed}:{key}:{delivery}")
         if draw < hold:
             return Plan(Fault.HOLD)
         if draw < hold + fail:
-            return Plan(Fault.FAIL)
-        return Plan(Fault.OK)
+            return Plan(Fault.FAIL, latency)
+        return Plan(Fault.OK, latency)
 
     return rule
 
@@ -136,6 +142,7 @@ class _State:
     in_flight_total: int = 0
     most_in_flight: int = 0
     connections: int = 0
+    succeeded: set[str] = field(default_factory=set)  # keys answered 2xx
 
 
 class PushReceiver:
@@ -202,6 +209,11 @@ class PushReceiver:
                 self.condition.wait(left)
             return True
 
+    def succeeded(self) -> int:
+        """Keys answered 2xx so far."""
+        with self.condition:
+            return len(self._state.succeeded)
+
     def ended(self) -> int:
         """Requests ended so far."""
         with self.condition:
@@ -216,6 +228,7 @@ class PushReceiver:
         """Forget what was received (between rounds of a benchmark)."""
         with self.condition:
             self._state.receipts.clear()
+            self._state.succeeded.clear()
             self._state.most_in_flight = self._state.in_flight_total
 
     # -- running -----------------------------------------------------------------------
@@ -329,6 +342,8 @@ class PushReceiver:
                     del self._state.in_flight[key]
                 self._state.in_flight_total -= 1
                 self._state.receipts.append(receipt)
+                if receipt.succeeded:
+                    self._state.succeeded.add(key)
                 self.condition.notify_all()
         return outcome is Outcome.ANSWERED and "close" not in headers.get("connection", "")
 
