@@ -1,0 +1,271 @@
+"""Issue 18: push delivery's lateness on one and two replicas, and its throughput against
+bench's drain through HTTP with `max`=1.
+
+    python -m bench.push             # 1,000 messages over 10 s and 20,000 ready, 3 runs
+    python -m bench.push --quick     # 200 over 2 s and 2,000 ready, 1 run: tests/bench
+
+One `hourglass serve` (a second one for the two-replica rounds) on a PostgreSQL database
+the run drops and creates, pushing to the tests' receiver (tests/push_receiver.py,
+always 200) on a thread of this process.
+
+- Lateness: a push queue of default settings (concurrency 4, timeout 10 s); 1,000
+  messages due over 10 s, offered in one batch over HTTP 2 s before the first is due;
+  a message's lateness is its request's arrival at the receiver (`time.time()` once its
+  body is read) less its due time (`scheduled_at_initially`). One replica, then two (a
+  second `hourglass serve` on the same database, started for the round: it reads the
+  queue's settings as it starts); the rounds alternate.
+- Throughput: `--messages` ready messages put in the queue by SQL (no push yet), vacuumed,
+  then its push settings put (`concurrency` C): msg/s from that PUT until the receiver
+  has answered every message (the queue then checked empty, each acknowledged once).
+  Against it, in the same run on the same server and database: bench's drain through
+  HTTP (bench/hourglass.py), C workers each polling `max`=1 and acknowledging the lock,
+  over the same number of ready messages, the queue's push removed. Both push and drain
+  keep at most C messages in flight. The rounds alternate.
+
+Figures are medians over runs, with every run shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+
+from app.domain.formats import format_timestamp, parse_timestamp
+from bench.accounting import percentile
+from bench.hourglass import QUEUE, ServiceTarget, fresh_database, now_ms
+from bench.targets import PAYLOAD
+from tests.push_receiver import PushReceiver, push_receiver
+from tests.server import Server, running_server
+
+LATENESS_QUEUE = "bench-push"
+LEAD_MS = 2000  # offered this long before the first message is due
+
+
+@dataclass(frozen=True)
+class Plan:
+    lateness_messages: int
+    spread_seconds: float
+    messages: int  # ready messages per throughput round
+    concurrency: int
+    runs: int
+
+
+@dataclass(frozen=True)
+class Lateness:
+    p50: float
+    p99: float
+    maximum: float
+
+
+# -- lateness ------------------------------------------------------------------------------
+
+
+def lateness_round(server: Server, receiver: PushReceiver, plan: Plan, tag: str) -> Lateness:
+    """Offer `plan.lateness_messages` due over the spread; the lateness of their pushes (ms)."""
+    receiver.clear()
+    first_due = now_ms() + LEAD_MS
+    step = plan.spread_seconds * 1000 / plan.lateness_messages
+    payload: Any = {"user": 123456, "text": "x" * 70}
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for start in range(0, plan.lateness_messages, 1000):
+            items = [
+                {
+                    "key": f"{tag}-{n}",
+                    "payload": payload,
+                    "scheduled_at": format_timestamp(first_due + round(n * step)),
+                }
+                for n in range(start, min(start + 1000, plan.lateness_messages))
+            ]
+            answer = client.post(f"/v1/queues/{LATENESS_QUEUE}/batch", json={"messages": items})
+            answer.raise_for_status()
+    if now_ms() > first_due:
+        raise RuntimeError("offering took longer than the lead: lateness would be wrong")
+    if not receiver.wait_until(
+        lambda r: r.succeeded() >= plan.lateness_messages, plan.spread_seconds + 60
+    ):
+        raise RuntimeError(f"{tag}: {receiver.succeeded()} pushes of {plan.lateness_messages}")
+    late: dict[str, float] = {}
+    for receipt in receiver.receipts:
+        due = parse_timestamp(receipt.message["scheduled_at_initially"])
+        late.setdefault(receipt.key, receipt.arrived * 1000 - due)
+    values = list(late.values())
+    return Lateness(percentile(values, 0.5), percentile(values, 0.99), max(values))
+
+
+# -- throughput ----------------------------------------------------------------------------
+
+
+def put_push(server: Server, url: str | None, concurrency: int) -> None:
+    push = None if url is None else {"url": url, "concurrency": concurrency}
+    answer = httpx.put(f"{server.url}/v1/queues/{QUEUE}/settings", json={"push": push}, timeout=30)
+    answer.raise_for_status()
+
+
+def push_round(
+    server: Server, receiver: PushReceiver, target: ServiceTarget, plan: Plan, runner
+) -> float:
+    """Messages a second pushed from ready to answered."""
+    runner.run(target.clear())
+    runner.run(target.prefill(plan.messages, PAYLOAD))
+    receiver.clear()
+    started = time.time()
+    put_push(server, f"{receiver.url}/hook", plan.concurrency)
+    if not receiver.wait_until(lambda r: r.succeeded() >= plan.messages, 600):
+        raise RuntimeError(f"push: {receiver.succeeded()} of {plan.messages} answered")
+    finished = max(receipt.ended for receipt in receiver.receipts)
+    put_push(server, None, plan.concurrency)
+    check_drained(target.dsn, plan.messages)
+    if len(receiver.receipts) != plan.messages:
+        raise RuntimeError(f"push: {len(receiver.receipts)} requests for {plan.messages}")
+    return plan.messages / (finished - started)
+
+
+async def drain(target: ServiceTarget, plan: Plan) -> float:
+    """bench's drain: `concurrency` workers polling max=1 and acknowledging, until empty."""
+    await target.clear()
+    await target.prefill(plan.messages, PAYLOAD)
+    workers = [await target.worker() for _ in range(plan.concurrency)]
+    delivered = 0
+
+    async def work(worker) -> None:
+        nonlocal delivered
+        while taken := await worker.take(1):
+            await worker.finish(taken)
+            delivered += len(taken)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(work(worker) for worker in workers))
+    elapsed = time.perf_counter() - started
+    await asyncio.gather(*(worker.close() for worker in workers))
+    return delivered / elapsed
+
+
+def check_drained(dsn: str, messages: int, deadline_seconds: float = 30) -> None:
+    """The queue empty and `messages` acknowledgements of one delivery each (the last
+    acknowledgements may still be on their way)."""
+    deadline = time.monotonic() + deadline_seconds
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while True:
+            left = connection.execute(
+                'SELECT count(*) FROM delayed_queue WHERE "pKind" = %s', (QUEUE,)
+            ).fetchone()
+            acknowledged = connection.execute(
+                "SELECT count(*), max(deliveries) FROM delivery_history "
+                "WHERE queue = %s AND outcome = 'acknowledged'",
+                (QUEUE,),
+            ).fetchone()
+            assert left is not None and acknowledged is not None
+            if not left[0] and acknowledged[0] == messages and acknowledged[1] == 1:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"not drained once each: {left[0]} left, {acknowledged[0]} acknowledged "
+                    f"of {messages}, at most {acknowledged[1]} deliveries"
+                )
+            time.sleep(0.005)  # another process's commits: nothing to wait on
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def measure(dsn: str, plan: Plan) -> dict[str, list[float]]:
+    figures: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        figures.setdefault(name, []).append(value)
+
+    with ExitStack() as stack:
+        receiver = stack.enter_context(push_receiver())
+        environment = {"HOURGLASS_PUSH_ALLOWED": receiver.url + "/"}
+        server = stack.enter_context(running_server(dsn, **environment))
+        answer = httpx.put(
+            f"{server.url}/v1/queues/{LATENESS_QUEUE}/settings",
+            json={"push": {"url": f"{receiver.url}/hook"}},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        target = ServiceTarget(dsn, "127.0.0.1", server.port, server.pid)
+        with asyncio.Runner() as runner:
+            for run in range(plan.runs):
+                one = lateness_round(server, receiver, plan, f"one-{run}")
+                with running_server(dsn, **environment):
+                    two = lateness_round(server, receiver, plan, f"two-{run}")
+                for replicas, figure in (("1 replica", one), ("2 replicas", two)):
+                    add(f"lateness p50, {replicas} (ms)", figure.p50)
+                    add(f"lateness p99, {replicas} (ms)", figure.p99)
+                    add(f"lateness max, {replicas} (ms)", figure.maximum)
+                pushed = push_round(server, receiver, target, plan, runner)
+                drained = runner.run(drain(target, plan))
+                add(f"push, concurrency {plan.concurrency} (msg/s)", pushed)
+                add(f"drain max=1, {plan.concurrency} workers (msg/s)", drained)
+                add("push / drain", pushed / drained)
+                print(
+                    f"run {run + 1}: lateness p99 {one.p99:.0f} / {two.p99:.0f} ms, push "
+                    f"{pushed:,.0f} msg/s, drain {drained:,.0f} msg/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return figures
+
+
+def report(figures: dict[str, list[float]]) -> str:
+    lines = ["| measurement | median | runs |", "|---|---|---|"]
+    for name, values in figures.items():
+        digits = 2 if name == "push / drain" else 0
+        runs = " / ".join(f"{value:,.{digits}f}" for value in values)
+        lines.append(f"| {name} | {statistics.median(values):,.{digits}f} | {runs} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small rounds, one run")
+    parser.add_argument(
+        "--database-url",
+        default="postgresql://root@127.0.0.1:5432/hourglass_bench_push",
+        help="PostgreSQL database to drop, create and use (default: %(default)s)",
+    )
+    parser.add_argument("--runs", type=int, help="(default 3; --quick 1)")
+    parser.add_argument(
+        "--messages", type=int, help="ready messages per throughput round (20,000; --quick 2,000)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="push concurrency = drain workers (16)"
+    )
+    args = parser.parse_args(argv)
+    plan = Plan(
+        lateness_messages=200 if args.quick else 1000,
+        spread_seconds=2.0 if args.quick else 10.0,
+        messages=args.messages or (2_000 if args.quick else 20_000),
+        concurrency=args.concurrency,
+        runs=args.runs or (1 if args.quick else 3),
+    )
+    command = "python -m bench.push " + " ".join(argv if argv is not None else sys.argv[1:])
+    started, load_before = time.perf_counter(), os.getloadavg()
+    fresh_database(args.database_url)
+    figures = measure(args.database_url, plan)
+    load_after = os.getloadavg()
+    print(f"```sh\n{command.strip()}\n```\n")
+    print(
+        f"lateness: {plan.lateness_messages:,} messages due over {plan.spread_seconds:.0f} s; "
+        f"throughput: {plan.messages:,} ready messages, concurrency {plan.concurrency}; "
+        f"{plan.runs} run(s); load average {load_before[0]:.1f} before, "
+        f"{load_after[0]:.1f} after; {time.perf_counter() - started:.0f} s\n"
+    )
+    print(report(figures))
+
+
+if __name__ == "__main__":
+    main()
