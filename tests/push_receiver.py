@@ -100,7 +100,7 @@ class Receipt:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     arrived: float  # time.time() when its body had arrived
-    ended: float  # time.time() when it was answered or closed
+    ended: float  # time.time() as the answer was written, or when the connection closed
     fault: Fault
     outcome: Outcome
     status: int | None  # what was answered; None when nothing was
@@ -301,22 +301,19 @@ class PushReceiver:
             )
             self.condition.notify_all()
         status: int | None = None
-        outcome = Outcome.ANSWERED
-        try:
-            if plan.fault is Fault.HOLD:
-                outcome = await self._hold(reader)
+        if plan.fault is Fault.HOLD:
+            outcome = await self._hold(reader)
+        else:
+            if plan.delay:
+                await asyncio.sleep(plan.delay)  # the receiver's own latency, by the rule
+            if reader.at_eof():
+                outcome = Outcome.SENDER_LEFT  # the sender gave up while it waited
             else:
-                if plan.delay:
-                    await asyncio.sleep(plan.delay)  # the receiver's own latency, by the rule
-                if reader.at_eof():
-                    raise ConnectionResetError  # the sender gave up while it waited
-                status = 200 if plan.fault is Fault.OK else 500
-                writer.write(_answer(status, headers))
-                await writer.drain()
-        except OSError:
-            outcome, status = Outcome.SENDER_LEFT, None
-        finally:
-            receipt = Receipt(
+                outcome, status = Outcome.ANSWERED, (200 if plan.fault is Fault.OK else 500)
+        # Recorded (and out of flight) before the answer is written: the sender may act on
+        # it at once, and a request of the key it sends next must not look overlapping.
+        self._record(
+            Receipt(
                 request=request_line.rpartition(" ")[0],
                 key=key,
                 delivery=delivery,
@@ -336,16 +333,23 @@ class PushReceiver:
                 overlapped=overlapped,
                 connection=connection,
             )
-            with self.condition:
-                self._state.in_flight[key] -= 1
-                if not self._state.in_flight[key]:
-                    del self._state.in_flight[key]
-                self._state.in_flight_total -= 1
-                self._state.receipts.append(receipt)
-                if receipt.succeeded:
-                    self._state.succeeded.add(key)
-                self.condition.notify_all()
-        return outcome is Outcome.ANSWERED and "close" not in headers.get("connection", "")
+        )
+        if status is None:
+            return False
+        writer.write(_answer(status, headers))
+        await writer.drain()
+        return "close" not in headers.get("connection", "")
+
+    def _record(self, receipt: Receipt) -> None:
+        with self.condition:
+            self._state.in_flight[receipt.key] -= 1
+            if not self._state.in_flight[receipt.key]:
+                del self._state.in_flight[receipt.key]
+            self._state.in_flight_total -= 1
+            self._state.receipts.append(receipt)
+            if receipt.succeeded:
+                self._state.succeeded.add(receipt.key)
+            self.condition.notify_all()
 
     async def _hold(self, reader: asyncio.StreamReader) -> Outcome:
         """Answer nothing until the sender closes the connection (or the hold's limit)."""
@@ -355,6 +359,8 @@ class PushReceiver:
                     pass  # a sender that pipelines behind a hold: ignore what it sends
         except TimeoutError:
             return Outcome.DROPPED
+        except OSError:
+            pass  # reset rather than closed: left all the same
         return Outcome.SENDER_LEFT
 
 

@@ -280,15 +280,14 @@ def test_ten_thousand_messages_through_500s_and_timeouts_are_each_acknowledged_o
     assert by_fault[Fault.FAIL] > 0.15 * len(receipts), summary
     assert by_fault[Fault.HOLD] > 0.03 * len(receipts), summary
     # The metrics count what the receiver saw.
-    assert metrics == {
-        "2xx": MESSAGES,
-        "5xx": by_fault[Fault.FAIL],
-        "timeout": by_fault[Fault.HOLD],
-    }, summary
+    assert +metrics == Counter(
+        {"2xx": MESSAGES, "5xx": by_fault[Fault.FAIL], "timeout": by_fault[Fault.HOLD]}
+    ), summary
 
     # A held request ends when its sender's timeout bounds the whole request.
     held = [receipt.ended - receipt.arrived for receipt in receipts if receipt.fault is Fault.HOLD]
-    assert min(held) >= TIMEOUT - CLOCK_TOLERANCE, summary
+    # (From its arrival: the sender's clock started a little before, when it connected.)
+    assert min(held) >= TIMEOUT - 0.2, f"a timeout of {TIMEOUT} s held {min(held):.2f} s"
     assert max(held) <= TIMEOUT + 0.5, f"a timeout of {TIMEOUT} s held {max(held):.2f} s"
 
     # A failed attempt comes back after the queue's retry delay for its delivery count,
