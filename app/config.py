@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     max_connections: int = Field(10_000, ge=1)
     # Open connections from one client address, at most (0: no cap, e.g. behind a proxy).
     max_connections_per_client: int = Field(256, ge=0)
+    # Push delivery (SPEC §12). The URL prefixes push targets must match, comma-separated:
+    # empty, no queue may push (the service sends requests to no address of a user's
+    # choosing). The secrets that sign each push (comma-separated; several allow rotation).
+    push_allowed: str = ""
+    push_secrets: str = Field("", repr=False)
 
     @field_validator("database_url")
     @classmethod

@@ -23,8 +23,10 @@ from app.console.routes import install_console
 from app.cron.manager import cron_manager
 from app.cron.service import CronService
 from app.domain.messages import RandomSource
+from app.domain.push import parse_prefixes, parse_secrets
 from app.metrics import Metrics
 from app.periodic import Periodic
+from app.push.dispatcher import PushDispatcher
 from app.queue.lists import QueueLists
 from app.queue.notifier import Notifier
 from app.queue.service import QueueService
@@ -97,6 +99,7 @@ def create_app(
             poll_recheck_seconds=settings.poll_recheck_seconds,
             events=metrics,
             random_source=random_source,
+            push_allowed=parse_prefixes(settings.push_allowed),
         )
         app.state.service = service
         app.state.lists = QueueLists(storage, calls, clock, max_page_bytes=settings.max_poll_bytes)
@@ -119,11 +122,21 @@ def create_app(
             failed=metrics.error,
         )
         app.state.history_pruner = pruner
+        dispatcher = PushDispatcher(
+            service,
+            allowed=service.push_allowed,
+            secrets=parse_secrets(settings.push_secrets),
+            events=metrics,
+        )
+        app.state.push_dispatcher = dispatcher
         manager.start()
         pruner.start()
+        dispatcher.start()
 
         def stopping() -> None:
-            """The server was told to stop: answer waiting polls now, stop background work soon."""
+            """The server was told to stop: claim nothing more for push, answer waiting polls
+            now, stop background work soon."""
+            dispatcher.request_stop()
             notifier.close()
             manager.request_stop()
             pruner.request_stop()
@@ -134,6 +147,9 @@ def create_app(
             yield
         finally:
             try:
+                # Pushes in flight get their grace, and what they held is released, while
+                # the storage is still open.
+                await dispatcher.stop()
                 await manager.stop()
                 await pruner.stop()
             finally:

@@ -48,6 +48,8 @@ from app.domain.messages import Lease, Outcome, QueueStats
 QUEUE_GAUGES_SECONDS = 5.0
 # Seconds from due to first delivery: from on time to an outage's worth late.
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+# Seconds a push request takes: from a local endpoint to the longest timeout (300 s).
+PUSH_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # The queue label of what no queue of its own counts: no queue can be named so
 # (queue names begin with a letter or a digit).
 OTHER_QUEUES = "_other"
@@ -100,7 +102,8 @@ class Metrics:
         self.errors = Counter(
             "hourglass_errors",
             "Failures by kind: database_unavailable (a request answered 503), cron_pass, "
-            "cron_entry, history_prune, metrics_queue_gauges",
+            "cron_entry, history_prune, metrics_queue_gauges, push_refresh, push_claim, "
+            "push_settle",
             ["kind"],
             registry=self.registry,
         )
@@ -147,6 +150,20 @@ class Metrics:
             "First delivery minus the time it was due",
             ["queue"],
             buckets=LATENESS_BUCKETS,
+            registry=self.registry,
+        )
+        self._push_requests = Counter(
+            "hourglass_push_requests",
+            "Push requests by result: the answer's status class (2xx, 3xx, 4xx, 5xx), "
+            "timeout, or error (no answer: connection refused or reset, and the like)",
+            ["queue", "result"],
+            registry=self.registry,
+        )
+        self._push_duration = Histogram(
+            "hourglass_push_duration_seconds",
+            "Push requests, from their start to their answer or failure",
+            ["queue"],
+            buckets=PUSH_DURATION_BUCKETS,
             registry=self.registry,
         )
         self.queue_messages = Gauge(
@@ -217,6 +234,13 @@ class Metrics:
 
     def dead_lettered(self, queue: str, count: int) -> None:
         self._series(self._dead_lettered, self.queues.label_for_write(queue)).inc(count)
+
+    # -- what the push dispatcher reports (PushEvents) ------------------------------------
+
+    def pushed(self, queue: str, result: str, seconds: float) -> None:
+        label = self.queues.label_for_write(queue)
+        self._series(self._push_requests, label, str(result)).inc()
+        self._series(self._push_duration, label).observe(seconds)
 
     def cron_runs_installed(self, queue: str, name: str, count: int) -> None:
         queue_label, name_label = self.queues.labels_for_cron_runs(queue, name)

@@ -23,10 +23,10 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from app.api.schemas import DeliveryKind, format_timestamp
+from app.api.schemas import DeliveryKind
 from app.domain.messages import Lease, Message, Outcome, State
+from app.domain.rendering import delivery_tail, json_string, message_pieces, object_pieces
 
-_string = json.JSONEncoder(ensure_ascii=False).encode
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _EMPTY = b'{"lock_id":null,"messages":[]}'
 # A poll's answer larger than this is streamed, in writes of about this size, each
@@ -53,7 +53,7 @@ def _answer(pieces: list[bytes]) -> Response:
 
 def message_response(message: Message, state: State) -> Response:
     """The `200` answer of `GET …/messages/{key}`."""
-    return json_response(b"".join(_message_pieces(message, state, "")))
+    return json_response(b"".join(message_pieces(message, state, "")))
 
 
 def message_list_response(messages: Sequence[tuple[Message, State]], next: str | None) -> Response:
@@ -62,8 +62,8 @@ def message_list_response(messages: Sequence[tuple[Message, State]], next: str |
     for number, (message, state) in enumerate(messages):
         if number:
             pieces.append(b",")
-        pieces += _message_pieces(message, state, "")
-    pieces.append(f'],"next":{"null" if next is None else _string(next)}}}'.encode())
+        pieces += message_pieces(message, state, "")
+    pieces.append(f'],"next":{"null" if next is None else json_string(next)}}}'.encode())
     return _answer(pieces)
 
 
@@ -75,7 +75,7 @@ def with_payload(answer: BaseModel, payload: bytes) -> bytes:
     before, after = (
         answer.model_dump_json(include=set(side))[1:-1] for side in (names[:at], names[at + 1 :])
     )
-    return b"".join(_object_pieces(before, payload, after))
+    return b"".join(object_pieces(before, payload, after))
 
 
 def json_response(body: bytes, status_code: int = 200) -> Response:
@@ -102,46 +102,19 @@ def _poll_pieces(lease: Lease | None) -> list[bytes]:
     """A poll's answer in pieces: each stored payload as it is, between the bytes around it."""
     if lease is None:
         return [_EMPTY]
-    expires_at = _string(format_timestamp(lease.expires_at))
     # Every message of one poll shares its lease end.
     tails = {
-        kind: f',"delivery":"{kind.value}","lease_expires_at":{expires_at}' for kind in DeliveryKind
+        kind: delivery_tail(kind is DeliveryKind.REDELIVERY, lease.expires_at)
+        for kind in DeliveryKind
     }
-    pieces = [f'{{"lock_id":{_string(lease.lock_id)},"messages":['.encode()]
+    pieces = [f'{{"lock_id":{json_string(lease.lock_id)},"messages":['.encode()]
     for number, delivery in enumerate(lease.deliveries):
         if number:
             pieces.append(b",")
         kind = DeliveryKind.REDELIVERY if delivery.redelivery else DeliveryKind.FIRST
-        pieces += _message_pieces(delivery.message, State.LEASED, tails[kind])
+        pieces += message_pieces(delivery.message, State.LEASED, tails[kind])
     pieces.append(b"]}")
     return pieces
-
-
-def _message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, bytes, bytes]:
-    """A message's fields in MessageResponse's order, then `tail` (more members, each
-    after a comma, or none), in the pieces of _object_pieces."""
-    origin = message.dead_lettered_from
-    return _object_pieces(
-        f'"queue":{_string(message.queue)},"key":{_string(message.key)}',
-        message.payload,
-        f'"scheduled_at":"{format_timestamp(message.scheduled_at)}"'
-        f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
-        f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
-        f',"deliveries":{message.deliveries}'
-        f',"dead_lettered_from":{"null" if origin is None else _string(origin)}{tail}',
-    )
-
-
-def _object_pieces(before: str, payload: bytes, after: str) -> tuple[bytes, bytes, bytes]:
-    """A JSON object with a stored payload as its "payload" member, in three pieces: the
-    bytes up to the payload, the payload itself, and the bytes after it.
-
-    `before` and `after` are the object's other members as JSON text (`"a":1,"b":2`),
-    either possibly empty; the payload is never copied.
-    """
-    head = "{" + before + ("," if before else "") + '"payload":'
-    rest = ("," + after if after else "") + "}"
-    return head.encode(), payload, rest.encode()
 
 
 async def _writes(pieces: list[bytes]) -> AsyncIterator[bytes]:

@@ -46,12 +46,18 @@ from app.domain.formats import (
 from app.domain.messages import Finish, IfExists, Outcome, State, When
 from app.domain.pages import CURSOR_PATTERN, MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
+from app.domain.push import PUSH_URL_MAX
 
 MAX_LEASE_SECONDS = 12 * 3600
 # A cron entry installs its runs at most a day ahead (app/cron/service.py).
 MAX_LOOKAHEAD_SECONDS = MAX_LOOKAHEAD_MS // 1000
 # Far enough for any reminder, near enough that every due time prints as a date.
 MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
+# Push delivery (SPEC §12): a request's bound, and requests at once per queue and replica.
+DEFAULT_PUSH_TIMEOUT_SECONDS = 10.0
+MAX_PUSH_TIMEOUT_SECONDS = 300
+DEFAULT_PUSH_CONCURRENCY = 4
+MAX_PUSH_CONCURRENCY = 100
 MAX_BATCH = 1000
 MAX_POLL = 1000
 MAX_WAIT_SECONDS = 20
@@ -410,6 +416,38 @@ class RetryResponse(BaseModel):
     jitter: float
 
 
+Concurrency = Annotated[
+    int, Strict(), Field(ge=1, le=MAX_PUSH_CONCURRENCY), BeforeValidator(_whole_number)
+]
+
+
+class PushSettings(_Request):
+    """Where a queue pushes its due messages: each one is POSTed to `url` (SPEC §12)."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=PUSH_URL_MAX,
+        description="http:// or https://, without user or password, matching a prefix of the "
+        "service's HOURGLASS_PUSH_ALLOWED (unset: no queue may push)",
+    )
+    timeout: Number = Field(
+        DEFAULT_PUSH_TIMEOUT_SECONDS,
+        gt=0,
+        le=MAX_PUSH_TIMEOUT_SECONDS,
+        description="Seconds the whole request may take (connecting, sending, the answer); "
+        "a message is leased for this plus 5 s while it is pushed",
+    )
+    concurrency: Concurrency = Field(
+        DEFAULT_PUSH_CONCURRENCY, description="Requests in flight at once, per replica"
+    )
+
+
+class PushResponse(BaseModel):
+    url: str
+    timeout: float = Field(description="Seconds")
+    concurrency: int
+
+
 class QueueSettingsRequest(_Request):
     """Body of `PUT …/settings`: a field left out (or null) goes back to its default."""
 
@@ -432,6 +470,11 @@ class QueueSettingsRequest(_Request):
         None,
         description="Delays of messages released without a `delay` (default: none, due at once)",
     )
+    push: PushSettings | None = Field(
+        None,
+        description="Push the queue's due messages to an HTTP endpoint (default: none; "
+        "pollers may take them too)",
+    )
 
 
 class QueueSettingsResponse(BaseModel):
@@ -442,6 +485,7 @@ class QueueSettingsResponse(BaseModel):
     max_deliveries: int | None = Field(description="null: no limit")
     dead_letter_queue: str
     retry: RetryResponse | None = Field(description="null: released messages are due at once")
+    push: PushResponse | None = Field(description="null: the queue does not push")
     updated_at: Timestamp | None = Field(description="null: the queue has never been configured")
 
 

@@ -219,9 +219,19 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class PushTarget:
+    """Where a push queue's messages go (SPEC §12): each due message is POSTed to `url`,
+    the whole request bounded by `timeout_ms`, at most `concurrency` at once per replica."""
+
+    url: str
+    timeout_ms: int = 10_000
+    concurrency: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """A queue's own settings; None means the default (service lease, no limit, `{queue}.dead`,
-    released messages due at once)."""
+    released messages due at once, no push)."""
 
     queue: str
     default_lease_ms: int | None = None
@@ -229,6 +239,7 @@ class QueueSettings:
     dead_letter_queue: str | None = None
     updated_at: int | None = None
     retry: RetryPolicy | None = None
+    push: PushTarget | None = None
 
     @property
     def effective_dead_letter_queue(self) -> str:

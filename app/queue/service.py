@@ -35,6 +35,7 @@ from app.domain.messages import (
     OfferRequest,
     OfferResult,
     Outcome,
+    PushTarget,
     QueueFilter,
     QueueSettings,
     QueueStats,
@@ -46,6 +47,7 @@ from app.domain.messages import (
     every_queue,
 )
 from app.domain.payloads import encode_payload
+from app.domain.push import target_problem
 from app.queue.notifier import Notifier
 from app.queue.ports import QueueEvents, QueueStorage, Unobserved
 from app.storage.calls import StorageCalls
@@ -85,10 +87,12 @@ class QueueService:
         poll_recheck_seconds: float,
         events: QueueEvents | None = None,
         random_source: RandomSource | None = None,
+        push_allowed: tuple[str, ...] = (),
     ) -> None:
         """`calls` runs `storage`'s methods; `notifier` wakes this process's long polls. The
         application builds and closes both (app/main.py), and shares them with cron.
-        `random_source` spreads retry delays by their jitter (tests fix it, like the clock)."""
+        `random_source` spreads retry delays by their jitter (tests fix it, like the clock).
+        `push_allowed`: the URL prefixes a push target must match (none: no push)."""
         self.storage = storage
         self.events: QueueEvents = events or Unobserved()
         self.clock = clock
@@ -99,6 +103,10 @@ class QueueService:
         self.poll_recheck_seconds = poll_recheck_seconds
         self.notifier = notifier
         self.calls = calls
+        self.push_allowed = push_allowed
+        # Told of every queue's settings stored through this service (the push dispatcher
+        # applies a change at once).
+        self.settings_listeners: list[Callable[[QueueSettings], None]] = []
         # queue -> (read at, epoch ms; its settings), oldest read first.
         self._settings: OrderedDict[str, tuple[int, QueueSettings]] = OrderedDict()
 
@@ -311,10 +319,18 @@ class QueueService:
             self.events.acknowledged(queue, len(outcome.done))
         return outcome
 
-    async def release(self, queue: str, lock_id: str, delay_seconds: float | None = None) -> None:
+    async def release(
+        self,
+        queue: str,
+        lock_id: str,
+        delay_seconds: float | None = None,
+        *,
+        default_retry: RetryPolicy | None = None,
+    ) -> None:
         """Give the messages back as redeliveries, due again after `delay_seconds`, or without
-        it after the queue's retry delay for each (at once when it has none)."""
-        due = await self._due_after_release(queue, delay_seconds)
+        it after the queue's retry delay for each (when it has none, `default_retry`'s; at
+        once without either)."""
+        due = await self._due_after_release(queue, delay_seconds, default_retry)
 
         def change() -> int:
             if isinstance(due, int):  # one time for all: one statement
@@ -326,11 +342,17 @@ class QueueService:
         self.notifier.notify(queue)
 
     async def release_keys(
-        self, queue: str, lock_id: str, keys: Sequence[str], delay_seconds: float | None = None
+        self,
+        queue: str,
+        lock_id: str,
+        keys: Sequence[str],
+        delay_seconds: float | None = None,
+        *,
+        default_retry: RetryPolicy | None = None,
     ) -> KeyedOutcome:
         """`release`, of those of `keys` the lock still holds; the others are `missing`, and
         what the lock holds besides stays leased."""
-        due = await self._due_after_release(queue, delay_seconds)
+        due = await self._due_after_release(queue, delay_seconds, default_retry)
         each = (lambda _deliveries: due) if isinstance(due, int) else due
         outcome = await self._on_keys(
             queue,
@@ -344,14 +366,15 @@ class QueueService:
         return outcome
 
     async def _due_after_release(
-        self, queue: str, delay_seconds: float | None
+        self, queue: str, delay_seconds: float | None, default_retry: RetryPolicy | None
     ) -> int | Callable[[int], int]:
         """When released messages are due again: one time (epoch ms) for all of them, or,
-        under the queue's retry policy, a time for each by its deliveries."""
+        under the queue's retry policy (else `default_retry`), a time for each by its
+        deliveries."""
         now = self.clock.now_ms()
         if delay_seconds is not None:  # an explicit delay (0 too) always wins
             return now + round(delay_seconds * 1000)
-        retry = (await self.settings(queue)).retry
+        retry = (await self.settings(queue)).retry or default_retry
         if retry is None:
             return now
         return partial(_retry_due, retry, self.random, now)
@@ -431,6 +454,10 @@ class QueueService:
         """The queues that have settings of their own."""
         return await self.calls.run(self.storage.settings.queues)
 
+    async def pushing_queues(self) -> list[QueueSettings]:
+        """The settings of every queue that pushes its messages, read now."""
+        return await self.calls.run(self.storage.settings.pushing)
+
     async def put_settings(
         self,
         queue: str,
@@ -439,12 +466,16 @@ class QueueService:
         max_deliveries: int | None,
         dead_letter_queue: str | None,
         retry: RetryPolicy | None = None,
+        push: PushTarget | None = None,
         may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
         """Replace the queue's settings; fields left out go back to their defaults.
-        QueueForbidden when `may_use` refuses the queue its dead letters would go to."""
+        QueueForbidden when `may_use` refuses the queue its dead letters would go to;
+        InvalidSettings for a push target HOURGLASS_PUSH_ALLOWED does not admit."""
         if dead_letter_queue == queue:
             raise InvalidSettings("a queue cannot be its own dead-letter queue")
+        if push is not None and (problem := target_problem(push.url, self.push_allowed)):
+            raise InvalidSettings(problem)
         settings = QueueSettings(
             queue=queue,
             default_lease_ms=None
@@ -454,6 +485,7 @@ class QueueService:
             dead_letter_queue=dead_letter_queue,
             updated_at=self.clock.now_ms(),
             retry=retry,
+            push=push,
         )
         if (
             max_deliveries is not None
@@ -468,6 +500,8 @@ class QueueService:
             _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(queue, partial(self.storage.settings.put, settings))
         self._keep_settings(queue, stored)
+        for listener in self.settings_listeners:
+            listener(stored)
         return stored
 
     async def redrive(

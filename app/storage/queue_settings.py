@@ -1,4 +1,4 @@
-"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays)."""
+"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays, push)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from app.domain.messages import QueueSettings, RetryPolicy
+from app.domain.messages import PushTarget, QueueSettings, RetryPolicy
 from app.storage import sql
 from app.storage.runner import Runner
 
@@ -22,15 +22,14 @@ class SqlSettings:
         row = self.runner.read(
             lambda connection: connection.execute(sql.settings_select, {"queue": queue}).first()
         )
-        if row is None:
-            return None
-        return QueueSettings(
-            queue=row.queue,
-            default_lease_ms=row.defaultLeaseMs,
-            max_deliveries=row.maxDeliveries,
-            dead_letter_queue=row.deadLetterQueue,
-            updated_at=row.updatedAt,
-            retry=_retry_of(row),
+        return None if row is None else _settings_of(row)
+
+    def pushing(self) -> list[QueueSettings]:
+        """The settings of every queue that pushes its messages, by queue name."""
+        return self.runner.read(
+            lambda connection: [
+                _settings_of(row) for row in connection.execute(sql.settings_pushing, {})
+            ]
         )
 
     def queues(self) -> list[str]:
@@ -48,6 +47,12 @@ class SqlSettings:
             "retryMultiplier": retry.multiplier if retry else None,
             "retryJitter": retry.jitter if retry else None,
         }
+        push = settings.push
+        push_columns = {
+            "pushUrl": push.url if push else None,
+            "pushTimeoutMs": push.timeout_ms if push else None,
+            "pushConcurrency": push.concurrency if push else None,
+        }
         values = {
             "new_default_lease_ms": settings.default_lease_ms,
             "new_max_deliveries": settings.max_deliveries,
@@ -56,6 +61,9 @@ class SqlSettings:
             "new_retry_max_delay_ms": retry_columns["retryMaxDelayMs"],
             "new_retry_multiplier": retry_columns["retryMultiplier"],
             "new_retry_jitter": retry_columns["retryJitter"],
+            "new_push_url": push_columns["pushUrl"],
+            "new_push_timeout_ms": push_columns["pushTimeoutMs"],
+            "new_push_concurrency": push_columns["pushConcurrency"],
             "now": settings.updated_at,
         }
 
@@ -73,11 +81,33 @@ class SqlSettings:
                         "deadLetterQueue": settings.dead_letter_queue,
                         "updatedAt": settings.updated_at,
                         **retry_columns,
+                        **push_columns,
                     },
                 )
 
         self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
+
+
+def _settings_of(row: Any) -> QueueSettings:
+    return QueueSettings(
+        queue=row.queue,
+        default_lease_ms=row.defaultLeaseMs,
+        max_deliveries=row.maxDeliveries,
+        dead_letter_queue=row.deadLetterQueue,
+        updated_at=row.updatedAt,
+        retry=_retry_of(row),
+        push=_push_of(row),
+    )
+
+
+def _push_of(row: Any) -> PushTarget | None:
+    """The push target a settings row stores (its three columns set together), or None."""
+    if row.pushUrl is None:
+        return None
+    return PushTarget(
+        url=row.pushUrl, timeout_ms=row.pushTimeoutMs, concurrency=row.pushConcurrency
+    )
 
 
 def _retry_of(row: Any) -> RetryPolicy | None:

@@ -297,6 +297,10 @@ cron_names = select(cron.queue, cron.name)
 settings = queue_settings.c
 settings_select = select(queue_settings).where(settings.queue == bindparam("queue"))
 settings_queues = select(settings.queue)
+# The push dispatcher's refresh (every few seconds per replica): the few rows that push.
+settings_pushing = (
+    select(queue_settings).where(settings.pushUrl.is_not(None)).order_by(settings.queue)
+)
 settings_insert = insert(queue_settings)
 # Not "queue": an UPDATE reserves its columns' names for their new values.
 settings_update = (
@@ -310,6 +314,9 @@ settings_update = (
         retryMaxDelayMs=bindparam("new_retry_max_delay_ms"),
         retryMultiplier=bindparam("new_retry_multiplier"),
         retryJitter=bindparam("new_retry_jitter"),
+        pushUrl=bindparam("new_push_url"),
+        pushTimeoutMs=bindparam("new_push_timeout_ms"),
+        pushConcurrency=bindparam("new_push_concurrency"),
         updatedAt=bindparam("now"),
     )
 )

@@ -117,6 +117,11 @@ queue_settings = Table(
     Column("retryMaxDelayMs", BigInteger, nullable=True),
     Column("retryMultiplier", Double, nullable=True),
     Column("retryJitter", Double, nullable=True),
+    # Added by revision 0008 (issue 18): where the queue pushes its messages
+    # (app/domain/messages.py: PushTarget), all three set or all null (no push).
+    Column("pushUrl", String(2048), nullable=True),
+    Column("pushTimeoutMs", BigInteger, nullable=True),
+    Column("pushConcurrency", Integer, nullable=True),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

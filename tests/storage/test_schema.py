@@ -204,3 +204,28 @@ def test_revision_0007_adds_retry_settings_and_keeps_existing_ones_both_ways(emp
         command.check(config)
     finally:
         engine.dispose()
+
+
+def test_revision_0008_adds_push_settings_and_keeps_existing_ones_both_ways(empty_database_url):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0007")
+    engine = create_engine(empty_database_url)
+    settings = {"queue": "q", "maxDeliveries": 3, "retryInitialDelayMs": 5, "updatedAt": 1}
+    try:
+        with engine.begin() as connection:
+            stored = table("queue_settings", *(column(name) for name in settings))
+            connection.execute(insert(stored).values(settings))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT * FROM queue_settings")).mappings().one()
+        assert (row["maxDeliveries"], row["retryInitialDelayMs"]) == (3, 5)
+        push = ("pushUrl", "pushTimeoutMs", "pushConcurrency")
+        assert [row[name] for name in push] == [None] * 3  # no push, as before
+        command.downgrade(config, "0007")
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT * FROM queue_settings")).mappings().one()
+        assert "pushUrl" not in row and row["retryInitialDelayMs"] == 5
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

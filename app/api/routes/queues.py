@@ -10,6 +10,8 @@ from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
 from app.api.schemas import (
     PurgeResponse,
+    PushResponse,
+    PushSettings,
     QueueListResponse,
     QueueName,
     QueueSettingsRequest,
@@ -21,7 +23,7 @@ from app.api.schemas import (
     RetrySettings,
 )
 from app.domain.formats import QUEUE_PATTERN, seconds_to_ms
-from app.domain.messages import QueueSettings, QueueStats, RetryPolicy
+from app.domain.messages import PushTarget, QueueSettings, QueueStats, RetryPolicy
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
@@ -79,7 +81,7 @@ async def purge_queue(
 
 
 def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueSettingsResponse:
-    retry = settings.retry
+    retry, push = settings.retry, settings.push
     return QueueSettingsResponse(
         queue=settings.queue,
         default_lease=(settings.default_lease_ms or default_lease_ms) / 1000,
@@ -92,6 +94,11 @@ def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueS
             max_delay=retry.max_delay_ms / 1000,
             multiplier=retry.multiplier,
             jitter=retry.jitter,
+        ),
+        push=None
+        if push is None
+        else PushResponse(
+            url=push.url, timeout=push.timeout_ms / 1000, concurrency=push.concurrency
         ),
         updated_at=settings.updated_at,
     )
@@ -108,6 +115,14 @@ def _retry_policy(retry: RetrySettings | None) -> RetryPolicy | None:
     )
 
 
+def _push_target(push: PushSettings | None) -> PushTarget | None:
+    if push is None:
+        return None
+    # At least 1 ms: any timeout above 0 is accepted.
+    timeout_ms = max(1, seconds_to_ms(push.timeout))
+    return PushTarget(url=push.url, timeout_ms=timeout_ms, concurrency=push.concurrency)
+
+
 @router.get(
     "/{queue}/settings",
     summary="A queue's settings, defaults filled in",
@@ -120,9 +135,10 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 @router.put(
     "/{queue}/settings",
     summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue, "
-    "retry delays",
+    "retry delays, push",
     description="A field left out goes back to its default. Other replicas apply a change "
-    "within 5 seconds. A token limited to some queues gets `403` when the queue dead letters "
+    "within 5 seconds. A `push` url must match a prefix of the service's "
+    "HOURGLASS_PUSH_ALLOWED, else `422` (always `422` when that is unset). A token limited to some queues gets `403` when the queue dead letters "
     "would go to (named, or the default `{queue}.dead`) is outside them.",
     responses=problem_responses(403, 422, 503),
 )
@@ -135,6 +151,7 @@ async def put_settings(
         max_deliveries=body.max_deliveries,
         dead_letter_queue=body.dead_letter_queue,
         retry=_retry_policy(body.retry),
+        push=_push_target(body.push),
         may_use=allowed,
     )
     return _settings_response(settings, service.default_lease_ms)

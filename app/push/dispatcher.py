@@ -1,0 +1,411 @@
+"""The push dispatcher (SPEC §12): in each replica, claims due messages of push queues with a
+poll's leases and POSTs each to its queue's endpoint; a 2xx answer acknowledges the message,
+anything else (or no answer in time) releases it with the retry delay.
+
+Claims are the queue service's long polls (`QueueService.poll`): the same statement
+(FOR UPDATE SKIP LOCKED), so replicas never claim one message at once and pollers of
+the queue share it; the same wake-ups (the notifier on offers and releases through
+this process, the next due time, the re-check for other replicas); and no database
+connection is held while a request is in flight (claim, send, then settle, each its
+own storage call). A claim's lease is the request's timeout plus LEASE_MARGIN_MS,
+so no other claim takes a message while its request may still run.
+
+Each push queue has a `QueuePusher`: its own claiming task, at most `concurrency`
+requests in flight, and its own httpx client (connection pool, redirects never
+followed, no proxies from the environment), so a slow or dead endpoint only fills
+its own queue's slots. `PushDispatcher` keeps one pusher per push queue, from the
+settings it reads at start and every REFRESH_SECONDS, and at once on a change made
+through this replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+
+from app import __version__
+from app.domain.messages import Delivery, Lease, PushTarget, QueueSettings
+from app.domain.push import PUSH_DEFAULT_RETRY, url_allowed
+from app.domain.rendering import delivered_message
+from app.push.ports import PushEvents, PushResult, Unobserved
+from app.push.signing import signature_header
+from app.queue.service import QueueService
+
+log = logging.getLogger(__name__)
+
+# A push claim's lease outlasts its request's timeout by this much (ms): the request
+# ends by its timeout, then its settlement needs a moment; no claim takes it meanwhile.
+LEASE_MARGIN_MS = 5_000
+# The endpoint's answer is read up to this many bytes; then the connection is closed.
+RESPONSE_BODY_LIMIT = 64 * 1024
+# How often each replica reads which queues push (a change made through another
+# replica applies within this long; one through this replica at once).
+REFRESH_SECONDS = 2.0
+# On stop, requests in flight get this long to end before they are cancelled (and
+# their messages released, due now).
+STOP_GRACE_SECONDS = 5.0
+# A claim waits at most this long before it looks again (it wakes on offers and at the
+# next due time anyway, like a long poll).
+CLAIM_WAIT_SECONDS = 20.0
+# After a claim failed (the database unreachable), the pusher tries again after this long.
+CLAIM_RETRY_SECONDS = 1.0
+USER_AGENT = f"hourglass/{__version__}"
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A message being pushed: its lock, its key, and whether its request has ended."""
+
+    lock_id: str
+    key: str
+    settling: bool = False
+
+
+class QueuePusher:
+    """One push queue's dispatch: claims up to `concurrency` due messages at a time, sends
+    each at once, settles each on its lock."""
+
+    def __init__(
+        self,
+        service: QueueService,
+        queue: str,
+        target: PushTarget,
+        *,
+        allowed: tuple[str, ...],
+        secrets: tuple[str, ...],
+        events: PushEvents,
+    ) -> None:
+        self.service = service
+        self.queue = queue
+        self.target = target
+        self.allowed = allowed
+        self.secrets = secrets
+        self.events = events
+        self.timeout_seconds = target.timeout_ms / 1000
+        self.client = httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=target.concurrency, max_keepalive_connections=target.concurrency
+            ),
+            # The whole request is bounded by asyncio.timeout; this only backs it up.
+            timeout=httpx.Timeout(self.timeout_seconds + 1),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        self._stopping = False
+        self._wake = asyncio.Event()  # a slot came free, or stop
+        self._requests: dict[asyncio.Task[None], _InFlight] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._requests)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._claim_loop(), name=f"push:{self.queue}")
+
+    def request_stop(self) -> None:
+        """Claim nothing more from now on (a waiting claim ends at once)."""
+        self._stopping = True
+        self._wake.set()
+        # Wakes this pusher's waiting claim (and any poll of the queue, which looks again).
+        self.service.notifier.notify(self.queue)
+
+    async def finish(self, grace: float | None) -> None:
+        """Stop claiming; let requests in flight end within `grace` seconds (None: however
+        long they take), then cancel the others and release their messages, due now."""
+        self.request_stop()
+        if self._task is not None:
+            await self._task
+        running = dict(self._requests)
+        late: dict[asyncio.Task[None], _InFlight] = {}
+        if running:
+            _, pending = await asyncio.wait(running, timeout=grace)
+            # Settling ones are in the database already: they end by its own bounds.
+            late = {task: running[task] for task in pending if not running[task].settling}
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        by_lock: dict[str, list[str]] = {}
+        for entry in late.values():
+            by_lock.setdefault(entry.lock_id, []).append(entry.key)
+        for lock_id, keys in by_lock.items():
+            await self._settle(lock_id, keys, acknowledge=False, delay_seconds=0)
+        await self.client.aclose()
+
+    async def _abandoned(self) -> bool:
+        return self._stopping
+
+    async def _claim_loop(self) -> None:
+        lease_seconds = (self.target.timeout_ms + LEASE_MARGIN_MS) / 1000
+        while not self._stopping:
+            free = self.target.concurrency - len(self._requests)
+            if free <= 0:
+                self._wake.clear()
+                if len(self._requests) >= self.target.concurrency and not self._stopping:
+                    await self._wake.wait()
+                continue
+            try:
+                lease = await self.service.poll(
+                    self.queue,
+                    limit=free,
+                    lease_seconds=lease_seconds,
+                    wait_seconds=CLAIM_WAIT_SECONDS,
+                    abandoned=self._abandoned,
+                )
+            except Exception:
+                self.events.error("push_claim")
+                log.exception(
+                    "push: claiming messages of %r failed; trying again in %s s",
+                    self.queue,
+                    CLAIM_RETRY_SECONDS,
+                )
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), CLAIM_RETRY_SECONDS)
+                continue
+            if lease is None:
+                continue
+            if self._stopping:  # claimed as the stop came: give it back now
+                await self._give_back(lease)
+                return
+            for delivery in lease.deliveries:
+                self._send_soon(lease, delivery)
+
+    def _send_soon(self, lease: Lease, delivery: Delivery) -> None:
+        entry = _InFlight(lease.lock_id, delivery.message.key)
+        task = asyncio.create_task(self._push(lease, delivery, entry))
+        self._requests[task] = entry
+        task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._requests.pop(task, None)
+        self._wake.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("push to %r failed unexpectedly", self.queue, exc_info=error)
+
+    async def _push(self, lease: Lease, delivery: Delivery, entry: _InFlight) -> None:
+        """Send one message, then acknowledge it (2xx) or release it with the retry delay."""
+        if not url_allowed(self.target.url, self.allowed):
+            # Pushers are made only for admitted targets; checked again before every request.
+            entry.settling = True
+            await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
+            return
+        body = delivered_message(delivery, lease.expires_at)
+        headers = self._headers(lease.lock_id, delivery, body)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await self._send(body, headers)
+        self.events.pushed(self.queue, result, loop.time() - started)
+        entry.settling = True
+        await self._settle(lease.lock_id, [entry.key], acknowledge=result is PushResult.SUCCESS)
+
+    def _headers(self, lock_id: str, delivery: Delivery, body: bytes) -> dict[str, str]:
+        message = delivery.message
+        headers = {
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+            "hourglass-queue": self.queue,
+            # Header values are ASCII: the key percent-encoded as UTF-8, as in a URL's path.
+            "hourglass-key": quote(message.key, safe=""),
+            "hourglass-delivery": str(message.deliveries),
+            "hourglass-lock": lock_id,
+        }
+        timestamp = self.service.clock.now_ms() // 1000
+        if (signed := signature_header(self.secrets, timestamp, body)) is not None:
+            headers["hourglass-signature"] = signed
+        return headers
+
+    async def _send(self, body: bytes, headers: dict[str, str]) -> PushResult:
+        """POST `body`; how it ended. The whole request (connecting, sending, the answer's
+        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by the timeout."""
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                async with self.client.stream(
+                    "POST", self.target.url, content=body, headers=headers
+                ) as response:
+                    read = 0
+                    # Raw: nothing decompressed, so the limit bounds what is received.
+                    async for chunk in response.aiter_raw():
+                        read += len(chunk)
+                        if read >= RESPONSE_BODY_LIMIT:
+                            break  # leaving unread closes the connection
+                    return PushResult.of_status(response.status_code)
+        except (TimeoutError, httpx.TimeoutException):
+            return PushResult.TIMEOUT
+        except (httpx.HTTPError, OSError):
+            return PushResult.ERROR
+        except Exception:  # whatever failed, the message goes back with its retry delay
+            log.exception("push to %r: the request failed", self.queue)
+            return PushResult.ERROR
+
+    async def _settle(
+        self,
+        lock_id: str,
+        keys: Sequence[str],
+        *,
+        acknowledge: bool,
+        delay_seconds: float | None = None,
+    ) -> None:
+        """Acknowledge or release `keys` on their lock. A failure is logged: the message
+        comes back when its lease runs out (a push may repeat, never be lost)."""
+        try:
+            if acknowledge:
+                await self.service.acknowledge_keys(self.queue, lock_id, keys)
+            else:
+                await self.service.release_keys(
+                    self.queue, lock_id, keys, delay_seconds, default_retry=PUSH_DEFAULT_RETRY
+                )
+        except Exception:
+            self.events.error("push_settle")
+            log.exception(
+                "push: %s of %d message(s) of %r failed; they come back when their lease ends",
+                "acknowledging" if acknowledge else "releasing",
+                len(keys),
+                self.queue,
+            )
+
+    async def _give_back(self, lease: Lease) -> None:
+        keys = [delivery.message.key for delivery in lease.deliveries]
+        await self._settle(lease.lock_id, keys, acknowledge=False, delay_seconds=0)
+
+
+class PushDispatcher:
+    """One QueuePusher per queue whose settings push to an admitted target."""
+
+    def __init__(
+        self,
+        service: QueueService,
+        *,
+        allowed: tuple[str, ...],
+        secrets: tuple[str, ...],
+        events: PushEvents | None = None,
+        refresh_seconds: float = REFRESH_SECONDS,
+        stop_grace_seconds: float = STOP_GRACE_SECONDS,
+    ) -> None:
+        self.service = service
+        self.allowed = allowed
+        self.secrets = secrets
+        self.events: PushEvents = events or Unobserved()
+        self.refresh_seconds = refresh_seconds
+        self.stop_grace_seconds = stop_grace_seconds
+        self.pushers: dict[str, QueuePusher] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._retired: list[QueuePusher] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Local settings changes, counted: a refresh that read before the latest change
+        # of a queue leaves that queue as the change made it.
+        self._changes = 0
+        self._changed_at: dict[str, int] = {}
+        self._refused: set[tuple[str, str]] = set()
+        self._warned_unsigned = False
+        self.refreshed = asyncio.Event()  # set after each refresh (tests wait on it)
+
+    def start(self) -> None:
+        self.service.settings_listeners.append(self._settings_changed)
+        self._task = asyncio.create_task(self._refresh_loop(), name="push_refresh")
+
+    def request_stop(self) -> None:
+        """Stop claiming, in every push queue, now."""
+        self._stop.set()
+        for pusher in self.pushers.values():
+            pusher.request_stop()
+        for pusher in self._retired:
+            pusher.request_stop()
+
+    async def stop(self) -> None:
+        """Stop claiming; give requests in flight the grace, then cancel them and release
+        their messages, due now."""
+        self.request_stop()
+        with contextlib.suppress(ValueError):
+            self.service.settings_listeners.remove(self._settings_changed)
+        if self._task is not None:
+            await self._task
+        pushers = [*self.pushers.values(), *self._retired]
+        self.pushers = {}
+        await asyncio.gather(*(pusher.finish(self.stop_grace_seconds) for pusher in pushers))
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    async def refresh(self) -> None:
+        """Read which queues push, and start or stop their pushers to match."""
+        began_at = self._changes
+        pushing = await self.service.pushing_queues()
+        wanted = {settings.queue: settings for settings in pushing}
+        for queue in set(self.pushers) | set(wanted):
+            if self._changed_at.get(queue, -1) >= began_at:
+                continue  # changed here since the read began: that change stands
+            self._apply(queue, wanted.get(queue))
+
+    def _settings_changed(self, settings: QueueSettings) -> None:
+        """A change made through this replica applies at once."""
+        self._changes += 1
+        self._changed_at[settings.queue] = self._changes
+        if not self._stop.is_set():
+            self._apply(settings.queue, settings)
+
+    def _apply(self, queue: str, settings: QueueSettings | None) -> None:
+        """Make `queue`'s pusher match its settings (None: it has none, so it pushes not)."""
+        target = None if settings is None else settings.push
+        if target is not None and not url_allowed(target.url, self.allowed):
+            if (queue, target.url) not in self._refused:
+                self._refused.add((queue, target.url))
+                log.warning(
+                    "queue %r pushes to %r, which HOURGLASS_PUSH_ALLOWED does not admit: "
+                    "nothing is sent there, and its messages are not claimed for push",
+                    queue,
+                    target.url,
+                )
+            target = None
+        current = self.pushers.get(queue)
+        if current is not None and current.target == target:
+            return
+        if current is not None:
+            self._retire(self.pushers.pop(queue))
+        if target is None or self._stop.is_set():
+            return
+        if not self.secrets and not self._warned_unsigned:
+            self._warned_unsigned = True
+            log.warning("queues push with HOURGLASS_PUSH_SECRETS unset: their requests go unsigned")
+        pusher = QueuePusher(
+            self.service,
+            queue,
+            target,
+            allowed=self.allowed,
+            secrets=self.secrets,
+            events=self.events,
+        )
+        self.pushers[queue] = pusher
+        pusher.start()
+
+    def _retire(self, pusher: QueuePusher) -> None:
+        """Stop `pusher` claiming; its requests in flight end as they would."""
+        self._retired.append(pusher)
+        task = asyncio.create_task(pusher.finish(grace=None))
+        self._retiring.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._retiring.discard(finished)
+            with contextlib.suppress(ValueError):
+                self._retired.remove(pusher)
+
+        task.add_done_callback(done)
+
+    async def _refresh_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.refresh()
+            except Exception:
+                self.events.error("push_refresh")
+                log.exception(
+                    "push: reading which queues push failed; trying again in %s s",
+                    self.refresh_seconds,
+                )
+            self.refreshed.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.refresh_seconds)
