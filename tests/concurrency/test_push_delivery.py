@@ -453,6 +453,7 @@ def test_a_push_killed_mid_request_loses_nothing_and_repeats_only_what_was_in_fl
         f"answered but not yet acknowledged), {len(received_twice)} received twice, "
         f"{len(settled.acknowledged)} acknowledged in all"
     )
+    print(counts)
     assert held_at_kill <= in_flight_at_kill, counts
     assert received_twice == in_flight_at_kill, counts
     assert all(len(tries) <= 2 for tries in attempts.values()), counts
