@@ -1,7 +1,7 @@
 """Issue 18: push delivery's lateness on one and two replicas, and its throughput against
 bench's drain through HTTP with `max`=1.
 
-    python -m bench.push             # 1,000 messages over 10 s and 20,000 ready, 3 runs
+    python -m bench.push             # 1,000 messages over 10 s and 10,000 ready, 3 runs
     python -m bench.push --quick     # 200 over 2 s and 2,000 ready, 1 run: tests/bench
 
 One `hourglass serve` (a second one for the two-replica rounds) on a PostgreSQL database
@@ -41,7 +41,7 @@ import httpx
 import psycopg
 
 from app.domain.formats import format_timestamp, parse_timestamp
-from bench.accounting import percentile
+from bench.accounting import percentile, postgres_cpu, process_cpu
 from bench.hourglass import QUEUE, ServiceTarget, fresh_database, now_ms
 from bench.targets import PAYLOAD
 from tests.push_receiver import PushReceiver, push_receiver
@@ -105,6 +105,29 @@ def lateness_round(server: Server, receiver: PushReceiver, plan: Plan, tag: str)
 # -- throughput ----------------------------------------------------------------------------
 
 
+class Cpu:
+    """CPU seconds used by the server, this process (the receiver or the drain's
+    workers) and PostgreSQL since it was made."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.before = self._sample()
+
+    def _sample(self) -> tuple[float, float, dict[int, float]]:
+        times = os.times()
+        return process_cpu(self.server_pid), times.user + times.system, postgres_cpu()
+
+    def per_message_us(self, messages: int) -> str:
+        """`server / bench / PostgreSQL` in µs a message."""
+        server, bench, postgres = self._sample()
+        used = (
+            server - self.before[0],
+            bench - self.before[1],
+            sum(cpu - self.before[2].get(pid, 0.0) for pid, cpu in postgres.items()),
+        )
+        return " / ".join(f"{1e6 * seconds / messages:.0f}" for seconds in used)
+
+
 def put_push(server: Server, url: str | None, concurrency: int) -> None:
     push = None if url is None else {"url": url, "concurrency": concurrency}
     answer = httpx.put(f"{server.url}/v1/queues/{QUEUE}/settings", json={"push": push}, timeout=30)
@@ -113,24 +136,26 @@ def put_push(server: Server, url: str | None, concurrency: int) -> None:
 
 def push_round(
     server: Server, receiver: PushReceiver, target: ServiceTarget, plan: Plan, runner
-) -> float:
-    """Messages a second pushed from ready to answered."""
+) -> tuple[float, str]:
+    """Messages a second pushed from ready to answered; CPU µs a message."""
     runner.run(target.clear())
     runner.run(target.prefill(plan.messages, PAYLOAD))
     receiver.clear()
+    cpu = Cpu(server.pid)
     started = time.time()
     put_push(server, f"{receiver.url}/hook", plan.concurrency)
     if not receiver.wait_until(lambda r: r.succeeded() >= plan.messages, 600):
         raise RuntimeError(f"push: {receiver.succeeded()} of {plan.messages} answered")
     finished = max(receipt.ended for receipt in receiver.receipts)
+    used = cpu.per_message_us(plan.messages)
     put_push(server, None, plan.concurrency)
     check_drained(target.dsn, plan.messages)
     if len(receiver.receipts) != plan.messages:
         raise RuntimeError(f"push: {len(receiver.receipts)} requests for {plan.messages}")
-    return plan.messages / (finished - started)
+    return plan.messages / (finished - started), used
 
 
-async def drain(target: ServiceTarget, plan: Plan) -> float:
+async def drain(target: ServiceTarget, plan: Plan) -> tuple[float, str]:
     """bench's drain: `concurrency` workers polling max=1 and acknowledging, until empty."""
     await target.clear()
     await target.prefill(plan.messages, PAYLOAD)
@@ -143,11 +168,14 @@ async def drain(target: ServiceTarget, plan: Plan) -> float:
             await worker.finish(taken)
             delivered += len(taken)
 
+    assert target.pid is not None
+    cpu = Cpu(target.pid)
     started = time.perf_counter()
     await asyncio.gather(*(work(worker) for worker in workers))
     elapsed = time.perf_counter() - started
+    used = cpu.per_message_us(delivered)
     await asyncio.gather(*(worker.close() for worker in workers))
-    return delivered / elapsed
+    return delivered / elapsed, used
 
 
 def check_drained(dsn: str, messages: int, deadline_seconds: float = 30) -> None:
@@ -178,8 +206,10 @@ def check_drained(dsn: str, messages: int, deadline_seconds: float = 30) -> None
 # -- the run -------------------------------------------------------------------------------
 
 
-def measure(dsn: str, plan: Plan) -> dict[str, list[float]]:
+def measure(dsn: str, plan: Plan) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+    """The figures by name, a value per run; and the CPU split of each throughput run."""
     figures: dict[str, list[float]] = {}
+    costs: dict[str, list[str]] = {"push": [], "drain": []}
 
     def add(name: str, value: float) -> None:
         figures.setdefault(name, []).append(value)
@@ -204,8 +234,10 @@ def measure(dsn: str, plan: Plan) -> dict[str, list[float]]:
                     add(f"lateness p50, {replicas} (ms)", figure.p50)
                     add(f"lateness p99, {replicas} (ms)", figure.p99)
                     add(f"lateness max, {replicas} (ms)", figure.maximum)
-                pushed = push_round(server, receiver, target, plan, runner)
-                drained = runner.run(drain(target, plan))
+                pushed, push_cost = push_round(server, receiver, target, plan, runner)
+                drained, drain_cost = runner.run(drain(target, plan))
+                costs["push"].append(push_cost)
+                costs["drain"].append(drain_cost)
                 add(f"push, concurrency {plan.concurrency} (msg/s)", pushed)
                 add(f"drain max=1, {plan.concurrency} workers (msg/s)", drained)
                 add("push / drain", pushed / drained)
@@ -215,15 +247,19 @@ def measure(dsn: str, plan: Plan) -> dict[str, list[float]]:
                     file=sys.stderr,
                     flush=True,
                 )
-    return figures
+    return figures, costs
 
 
-def report(figures: dict[str, list[float]]) -> str:
+def report(figures: dict[str, list[float]], costs: dict[str, list[str]]) -> str:
     lines = ["| measurement | median | runs |", "|---|---|---|"]
     for name, values in figures.items():
         digits = 2 if name == "push / drain" else 0
         runs = " / ".join(f"{value:,.{digits}f}" for value in values)
         lines.append(f"| {name} | {statistics.median(values):,.{digits}f} | {runs} |")
+    lines.append("")
+    lines.append("CPU µs a message, server / bench process (receiver or drain) / PostgreSQL:")
+    for name, runs in costs.items():
+        lines.append(f"- {name}: " + "; ".join(runs))
     return "\n".join(lines)
 
 
@@ -239,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--runs", type=int, help="(default 3; --quick 1)")
     parser.add_argument(
-        "--messages", type=int, help="ready messages per throughput round (20,000; --quick 2,000)"
+        "--messages", type=int, help="ready messages per throughput round (10,000; --quick 2,000)"
     )
     parser.add_argument(
         "--concurrency", type=int, default=16, help="push concurrency = drain workers (16)"
@@ -248,14 +284,14 @@ def main(argv: list[str] | None = None) -> None:
     plan = Plan(
         lateness_messages=200 if args.quick else 1000,
         spread_seconds=2.0 if args.quick else 10.0,
-        messages=args.messages or (2_000 if args.quick else 20_000),
+        messages=args.messages or (2_000 if args.quick else 10_000),
         concurrency=args.concurrency,
         runs=args.runs or (1 if args.quick else 3),
     )
     command = "python -m bench.push " + " ".join(argv if argv is not None else sys.argv[1:])
     started, load_before = time.perf_counter(), os.getloadavg()
     fresh_database(args.database_url)
-    figures = measure(args.database_url, plan)
+    figures, costs = measure(args.database_url, plan)
     load_after = os.getloadavg()
     print(f"```sh\n{command.strip()}\n```\n")
     print(
@@ -264,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{plan.runs} run(s); load average {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after; {time.perf_counter() - started:.0f} s\n"
     )
-    print(report(figures))
+    print(report(figures, costs))
 
 
 if __name__ == "__main__":
