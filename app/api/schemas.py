@@ -46,7 +46,7 @@ from app.domain.formats import (
 from app.domain.messages import Finish, IfExists, Outcome, State, When
 from app.domain.pages import CURSOR_PATTERN, MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
-from app.domain.push import PUSH_URL_MAX
+from app.domain.push import PUSH_URL_MAX, PUSH_URL_PATTERN
 
 MAX_LEASE_SECONDS = 12 * 3600
 # A cron entry installs its runs at most a day ahead (app/cron/service.py).
@@ -425,8 +425,8 @@ class PushSettings(_Request):
     """Where a queue pushes its due messages: each one is POSTed to `url` (SPEC §12)."""
 
     url: str = Field(
-        min_length=1,
         max_length=PUSH_URL_MAX,
+        pattern=PUSH_URL_PATTERN,
         description="http:// or https://, without user or password, matching a prefix of the "
         "service's HOURGLASS_PUSH_ALLOWED (unset: no queue may push)",
     )

@@ -13,6 +13,8 @@ from app.domain.messages import RetryPolicy
 PUSH_DEFAULT_RETRY = RetryPolicy(initial_delay_ms=1_000, max_delay_ms=3_600_000, multiplier=2.0)
 # Longer URLs are refused (the column's size).
 PUSH_URL_MAX = 2048
+# What the API's schema says of a push url (the rest is url_problem's and the prefixes').
+PUSH_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[!-\[\]-~]+$"
 # Printable ASCII without space and backslash: what a URL is written with here. A
 # backslash is a slash to some parsers and not to others, so a prefix could admit a
 # URL that one of them reads as another host.

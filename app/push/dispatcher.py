@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # A push claim's lease outlasts its request's timeout by this much (ms): the request
 # ends by its timeout, then its settlement needs a moment; no claim takes it meanwhile.
 LEASE_MARGIN_MS = 5_000
+# A request ends at least this long before its lease (s), leaving its settlement time.
+SETTLE_MARGIN_SECONDS = 1.0
 # The endpoint's answer is read up to this many bytes; then the connection is closed.
 RESPONSE_BODY_LIMIT = 64 * 1024
 # How often each replica reads which queues push (a change made through another
@@ -50,9 +52,14 @@ REFRESH_SECONDS = 2.0
 # On stop, requests in flight get this long to end before they are cancelled (and
 # their messages released, due now).
 STOP_GRACE_SECONDS = 5.0
+# Told of each push settled: its queue, its key, how its request ended.
+SettledListener = Callable[[str, str, "PushResult"], None]
 # A claim waits at most this long before it looks again (it wakes on offers and at the
 # next due time anyway, like a long poll).
 CLAIM_WAIT_SECONDS = 20.0
+# A pusher claims once this fraction of its slots is free (1/4: at least one): a due
+# message waits for a claim only while nearly every slot is busy.
+CLAIM_BATCH_DIVISOR = 4
 # After a claim failed (the database unreachable), the pusher tries again after this long.
 CLAIM_RETRY_SECONDS = 1.0
 USER_AGENT = f"hourglass/{__version__}"
@@ -65,6 +72,13 @@ class _InFlight:
     lock_id: str
     key: str
     settling: bool = False
+
+
+def _resolve(waiting: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]]) -> None:
+    for entries in waiting.values():
+        for _, done in entries:
+            if not done.done():
+                done.set_result(None)
 
 
 class QueuePusher:
@@ -80,8 +94,10 @@ class QueuePusher:
         allowed: tuple[str, ...],
         secrets: tuple[str, ...],
         events: PushEvents,
+        listeners: Sequence[SettledListener] = (),
     ) -> None:
         self.service = service
+        self.listeners = listeners
         self.queue = queue
         self.target = target
         self.allowed = allowed
@@ -101,6 +117,10 @@ class QueuePusher:
         self._wake = asyncio.Event()  # a slot came free, or stop
         self._requests: dict[asyncio.Task[None], _InFlight] = {}
         self._task: asyncio.Task[None] | None = None
+        # Settlements waiting for the one in progress: (lock id, acknowledge) -> keys and
+        # what each push waits on.
+        self._unsettled: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]] = {}
+        self._settler: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -143,11 +163,14 @@ class QueuePusher:
 
     async def _claim_loop(self) -> None:
         lease_seconds = (self.target.timeout_ms + LEASE_MARGIN_MS) / 1000
+        # A claim costs about what a message's request does against a quick endpoint:
+        # with many slots, claiming for each one freed would make claims the bottleneck.
+        batch = max(1, self.target.concurrency // CLAIM_BATCH_DIVISOR)
         while not self._stopping:
             free = self.target.concurrency - len(self._requests)
-            if free <= 0:
+            if free < batch:
                 self._wake.clear()
-                if len(self._requests) >= self.target.concurrency and not self._stopping:
+                if self.target.concurrency - len(self._requests) < batch and not self._stopping:
                     await self._wake.wait()
                 continue
             try:
@@ -196,14 +219,25 @@ class QueuePusher:
             entry.settling = True
             await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
             return
+        # The request ends a margin before the lease does, even when the claim itself was
+        # slow (it waited for the database): no other claim can take the message while
+        # its request may still run.
+        lease_left = (lease.expires_at - self.service.clock.now_ms()) / 1000
+        budget = min(self.timeout_seconds, lease_left - SETTLE_MARGIN_SECONDS)
+        if budget <= 0:
+            entry.settling = True
+            await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
+            return
         body = delivered_message(delivery, lease.expires_at)
         headers = self._headers(lease.lock_id, delivery, body)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        result = await self._send(body, headers)
+        result = await self._send(body, headers, budget)
         self.events.pushed(self.queue, result, loop.time() - started)
         entry.settling = True
-        await self._settle(lease.lock_id, [entry.key], acknowledge=result is PushResult.SUCCESS)
+        await self._settle_soon(lease.lock_id, entry.key, result is PushResult.SUCCESS)
+        for listener in self.listeners:
+            listener(self.queue, entry.key, result)
 
     def _headers(self, lock_id: str, delivery: Delivery, body: bytes) -> dict[str, str]:
         message = delivery.message
@@ -221,11 +255,11 @@ class QueuePusher:
             headers["hourglass-signature"] = signed
         return headers
 
-    async def _send(self, body: bytes, headers: dict[str, str]) -> PushResult:
+    async def _send(self, body: bytes, headers: dict[str, str], budget: float) -> PushResult:
         """POST `body`; how it ended. The whole request (connecting, sending, the answer's
-        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by the timeout."""
+        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by `budget` seconds."""
         try:
-            async with asyncio.timeout(self.timeout_seconds):
+            async with asyncio.timeout(budget):
                 async with self.client.stream(
                     "POST", self.target.url, content=body, headers=headers
                 ) as response:
@@ -243,6 +277,33 @@ class QueuePusher:
         except Exception:  # whatever failed, the message goes back with its retry delay
             log.exception("push to %r: the request failed", self.queue)
             return PushResult.ERROR
+
+    async def _settle_soon(self, lock_id: str, key: str, acknowledge: bool) -> None:
+        """Acknowledge or release `key` with what else ended meanwhile on its lock: while a
+        settlement runs, those that follow gather, and go as one statement per lock and
+        outcome (a claim's messages share a lock). Returns once it is done."""
+        done = asyncio.get_running_loop().create_future()
+        self._unsettled.setdefault((lock_id, acknowledge), []).append((key, done))
+        if self._settler is None:
+            self._settler = asyncio.create_task(self._settle_gathered())
+        await done
+
+    async def _settle_gathered(self) -> None:
+        gathered: dict[tuple[str, bool], list[tuple[str, asyncio.Future[None]]]] = {}
+        try:
+            while self._unsettled:
+                gathered, self._unsettled = self._unsettled, {}
+                await asyncio.gather(
+                    *(
+                        self._settle(lock_id, [key for key, _ in waiting], acknowledge=acknowledge)
+                        for (lock_id, acknowledge), waiting in gathered.items()
+                    )
+                )
+                _resolve(gathered)
+        finally:
+            self._settler = None
+            _resolve(gathered)  # cancelled: nobody waits forever (the leases bring them back)
+            _resolve(self._unsettled)
 
     async def _settle(
         self,
@@ -305,7 +366,8 @@ class PushDispatcher:
         self._changed_at: dict[str, int] = {}
         self._refused: set[tuple[str, str]] = set()
         self._warned_unsigned = False
-        self.refreshed = asyncio.Event()  # set after each refresh (tests wait on it)
+        # Told of each push once settled (tests wait on them).
+        self.settled_listeners: list[SettledListener] = []
 
     def start(self) -> None:
         self.service.settings_listeners.append(self._settings_changed)
@@ -379,6 +441,7 @@ class PushDispatcher:
             allowed=self.allowed,
             secrets=self.secrets,
             events=self.events,
+            listeners=self.settled_listeners,
         )
         self.pushers[queue] = pusher
         pusher.start()
@@ -406,6 +469,5 @@ class PushDispatcher:
                     "push: reading which queues push failed; trying again in %s s",
                     self.refresh_seconds,
                 )
-            self.refreshed.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.refresh_seconds)

@@ -36,6 +36,9 @@ FORESEEN: dict[str, list[tuple[int, str, str]]] = {
         # A retry policy's `max_delay` at least its `initial_delay` (one property
         # against another).
         (422, "invalid-request", "max_delay must be at least initial_delay"),
+        # A push url must match a prefix of the service's HOURGLASS_PUSH_ALLOWED (unset
+        # here, so no push is taken): what the service is configured with.
+        (422, "invalid-settings", "HOURGLASS_PUSH_ALLOWED"),
     ],
     "PUT /v1/queues/{queue}/cron/{name}": [
         # A cron expression's range backwards (5-1) or a day no month has (30 of
