@@ -62,15 +62,25 @@ class Plan:
 
 @dataclass(frozen=True)
 class Lateness:
+    """Due time to the request's arrival (ms), and its two parts: due time to the claim
+    (the claim's `now`, the history's firstDeliveredAt: the dispatcher's wake-up), and
+    claim to arrival (the claim statement, the request's making and sending)."""
+
     p50: float
     p99: float
     maximum: float
+    wake_up_p50: float
+    wake_up_p99: float
+    sending_p50: float
+    sending_p99: float
 
 
 # -- lateness ------------------------------------------------------------------------------
 
 
-def lateness_round(server: Server, receiver: PushReceiver, plan: Plan, tag: str) -> Lateness:
+def lateness_round(
+    dsn: str, server: Server, receiver: PushReceiver, plan: Plan, tag: str
+) -> Lateness:
     """Offer `plan.lateness_messages` due over the spread; the lateness of their pushes (ms)."""
     receiver.clear()
     first_due = now_ms() + LEAD_MS
@@ -94,12 +104,38 @@ def lateness_round(server: Server, receiver: PushReceiver, plan: Plan, tag: str)
         lambda r: r.succeeded() >= plan.lateness_messages, plan.spread_seconds + 60
     ):
         raise RuntimeError(f"{tag}: {receiver.succeeded()} pushes of {plan.lateness_messages}")
-    late: dict[str, float] = {}
+    claimed = claim_times(dsn, tag, plan.lateness_messages)
+    late, wake_up, sending = [], [], []
     for receipt in receiver.receipts:
         due = parse_timestamp(receipt.message["scheduled_at_initially"])
-        late.setdefault(receipt.key, receipt.arrived * 1000 - due)
-    values = list(late.values())
-    return Lateness(percentile(values, 0.5), percentile(values, 0.99), max(values))
+        late.append(receipt.arrived * 1000 - due)
+        wake_up.append(claimed[receipt.key] - due)
+        sending.append(receipt.arrived * 1000 - claimed[receipt.key])
+    return Lateness(
+        percentile(late, 0.5),
+        percentile(late, 0.99),
+        max(late),
+        percentile(wake_up, 0.5),
+        percentile(wake_up, 0.99),
+        percentile(sending, 0.5),
+        percentile(sending, 0.99),
+    )
+
+
+def claim_times(dsn: str, tag: str, messages: int) -> dict[str, int]:
+    """When each message of the round was claimed (ms), from its history row, once every
+    acknowledgement is in (the last may still be on its way: another process, polled)."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while True:
+            rows = connection.execute(
+                'SELECT key, "firstDeliveredAt" FROM delivery_history '
+                "WHERE queue = %s AND key LIKE %s AND outcome = 'acknowledged'",
+                (LATENESS_QUEUE, f"{tag}-%"),
+            ).fetchall()
+            if len(rows) >= messages or time.monotonic() > deadline:
+                return dict(rows)
+            time.sleep(0.005)
 
 
 # -- throughput ----------------------------------------------------------------------------
@@ -227,13 +263,17 @@ def measure(dsn: str, plan: Plan) -> tuple[dict[str, list[float]], dict[str, lis
         target = ServiceTarget(dsn, "127.0.0.1", server.port, server.pid)
         with asyncio.Runner() as runner:
             for run in range(plan.runs):
-                one = lateness_round(server, receiver, plan, f"one-{run}")
+                one = lateness_round(dsn, server, receiver, plan, f"one-{run}")
                 with running_server(dsn, **environment):
-                    two = lateness_round(server, receiver, plan, f"two-{run}")
+                    two = lateness_round(dsn, server, receiver, plan, f"two-{run}")
                 for replicas, figure in (("1 replica", one), ("2 replicas", two)):
                     add(f"lateness p50, {replicas} (ms)", figure.p50)
                     add(f"lateness p99, {replicas} (ms)", figure.p99)
                     add(f"lateness max, {replicas} (ms)", figure.maximum)
+                    add(f"due → claim p50, {replicas} (ms)", figure.wake_up_p50)
+                    add(f"due → claim p99, {replicas} (ms)", figure.wake_up_p99)
+                    add(f"claim → arrival p50, {replicas} (ms)", figure.sending_p50)
+                    add(f"claim → arrival p99, {replicas} (ms)", figure.sending_p99)
                 pushed, push_cost = push_round(server, receiver, target, plan, runner)
                 drained, drain_cost = runner.run(drain(target, plan))
                 costs["push"].append(push_cost)
@@ -253,7 +293,7 @@ def measure(dsn: str, plan: Plan) -> tuple[dict[str, list[float]], dict[str, lis
 def report(figures: dict[str, list[float]], costs: dict[str, list[str]]) -> str:
     lines = ["| measurement | median | runs |", "|---|---|---|"]
     for name, values in figures.items():
-        digits = 2 if name == "push / drain" else 0
+        digits = 2 if name == "push / drain" else 1 if "→" in name else 0
         runs = " / ".join(f"{value:,.{digits}f}" for value in values)
         lines.append(f"| {name} | {statistics.median(values):,.{digits}f} | {runs} |")
     lines.append("")

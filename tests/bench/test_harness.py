@@ -143,9 +143,15 @@ def test_the_push_benchmark_reports_lateness_on_one_and_two_replicas_and_through
         plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
         printed = _bench("push", "--database-url", plain_url)
     rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
-    assert [row[0].lstrip("| ") for row in rows] == [
-        f"lateness {figure}, {replicas} (ms)"
+    lateness = [
+        f"{figure}, {replicas} (ms)"
         for replicas in ("1 replica", "2 replicas")
-        for figure in ("p50", "p99", "max")
-    ] + ["push, concurrency 16 (msg/s)", "drain max=1, 16 workers (msg/s)", "push / drain"]
-    assert all(float(row[1].replace(",", "")) > 0 for row in rows[6:]), rows
+        for figure in (
+            *("lateness p50", "lateness p99", "lateness max"),
+            *("due → claim p50", "due → claim p99", "claim → arrival p50", "claim → arrival p99"),
+        )
+    ]
+    throughput = ["push, concurrency 16 (msg/s)", "drain max=1, 16 workers (msg/s)", "push / drain"]
+    assert [row[0].lstrip("| ") for row in rows] == lateness + throughput
+    assert all(float(row[1].replace(",", "")) > 0 for row in rows[len(lateness) :]), rows
+    assert "- push: " in printed and "- drain: " in printed  # CPU a message
