@@ -58,6 +58,7 @@ class Plan:
     messages: int  # ready messages per throughput round
     concurrency: int
     runs: int
+    lateness_concurrency: int | None = None  # the lateness queue's; None: the default (4)
 
 
 @dataclass(frozen=True)
@@ -254,10 +255,11 @@ def measure(dsn: str, plan: Plan) -> tuple[dict[str, list[float]], dict[str, lis
         receiver = stack.enter_context(push_receiver())
         environment = {"HOURGLASS_PUSH_ALLOWED": receiver.url + "/"}
         server = stack.enter_context(running_server(dsn, **environment))
+        push: dict[str, Any] = {"url": f"{receiver.url}/hook"}
+        if plan.lateness_concurrency is not None:
+            push["concurrency"] = plan.lateness_concurrency
         answer = httpx.put(
-            f"{server.url}/v1/queues/{LATENESS_QUEUE}/settings",
-            json={"push": {"url": f"{receiver.url}/hook"}},
-            timeout=30,
+            f"{server.url}/v1/queues/{LATENESS_QUEUE}/settings", json={"push": push}, timeout=30
         )
         answer.raise_for_status()
         target = ServiceTarget(dsn, "127.0.0.1", server.port, server.pid)
@@ -320,6 +322,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=16, help="push concurrency = drain workers (16)"
     )
+    parser.add_argument(
+        "--lateness-concurrency",
+        type=int,
+        help="the lateness queue's push concurrency (default: the setting's default, 4)",
+    )
     args = parser.parse_args(argv)
     plan = Plan(
         lateness_messages=200 if args.quick else 1000,
@@ -327,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         messages=args.messages or (2_000 if args.quick else 10_000),
         concurrency=args.concurrency,
         runs=args.runs or (1 if args.quick else 3),
+        lateness_concurrency=args.lateness_concurrency,
     )
     command = "python -m bench.push " + " ".join(argv if argv is not None else sys.argv[1:])
     started, load_before = time.perf_counter(), os.getloadavg()
@@ -335,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     load_after = os.getloadavg()
     print(f"```sh\n{command.strip()}\n```\n")
     print(
-        f"lateness: {plan.lateness_messages:,} messages due over {plan.spread_seconds:.0f} s; "
+        f"lateness: {plan.lateness_messages:,} messages due over {plan.spread_seconds:.0f} s, "
+        f"push concurrency {plan.lateness_concurrency or 'by default (4)'}; "
         f"throughput: {plan.messages:,} ready messages, concurrency {plan.concurrency}; "
         f"{plan.runs} run(s); load average {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after; {time.perf_counter() - started:.0f} s\n"
