@@ -393,7 +393,8 @@ class RetrySettings(_Request):
     max_delay: Number = Field(
         ge=0.001,
         le=MAX_DELAY_SECONDS,
-        description="Seconds at most, before jitter; at least `initial_delay`",
+        description="Seconds at most, before jitter (under `initial_delay`: every delay is "
+        "`max_delay`)",
     )
     multiplier: Number = Field(
         2.0, ge=1, le=MAX_RETRY_MULTIPLIER, description="Growth per delivery (1: constant)"
@@ -401,12 +402,6 @@ class RetrySettings(_Request):
     jitter: Number = Field(
         0.0, ge=0, le=1, description="Spread, as a fraction of the delay either way (0: none)"
     )
-
-    @model_validator(mode="after")
-    def _a_cap_above_the_start(self) -> RetrySettings:
-        if self.max_delay < self.initial_delay:
-            raise ValueError("max_delay must be at least initial_delay")
-        return self
 
 
 class RetryResponse(BaseModel):

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from app import __version__
+from app.domain.errors import StorageUnavailable
 from app.domain.messages import Delivery, Lease, PushTarget, QueueSettings
 from app.domain.push import PUSH_DEFAULT_RETRY, url_allowed
 from app.domain.rendering import delivered_message
@@ -181,12 +182,14 @@ class QueuePusher:
                     wait_seconds=CLAIM_WAIT_SECONDS,
                     abandoned=self._abandoned,
                 )
-            except Exception:
+            except Exception as error:
                 self.events.error("push_claim")
-                log.exception(
+                log.warning(
                     "push: claiming messages of %r failed; trying again in %s s",
                     self.queue,
                     CLAIM_RETRY_SECONDS,
+                    # The database down is said in a line; anything else with its traceback.
+                    exc_info=None if isinstance(error, StorageUnavailable) else error,
                 )
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -322,13 +325,14 @@ class QueuePusher:
                 await self.service.release_keys(
                     self.queue, lock_id, keys, delay_seconds, default_retry=PUSH_DEFAULT_RETRY
                 )
-        except Exception:
+        except Exception as error:
             self.events.error("push_settle")
-            log.exception(
+            log.warning(
                 "push: %s of %d message(s) of %r failed; they come back when their lease ends",
                 "acknowledging" if acknowledge else "releasing",
                 len(keys),
                 self.queue,
+                exc_info=None if isinstance(error, StorageUnavailable) else error,
             )
 
     async def _give_back(self, lease: Lease) -> None:
@@ -463,11 +467,16 @@ class PushDispatcher:
         while not self._stop.is_set():
             try:
                 await self.refresh()
-            except Exception:
+                if not self.allowed:
+                    # No target can be admitted until a restart: one read, to warn of
+                    # stored ones, is all it takes (an idle service costs nothing more).
+                    return
+            except Exception as error:
                 self.events.error("push_refresh")
-                log.exception(
+                log.warning(
                     "push: reading which queues push failed; trying again in %s s",
                     self.refresh_seconds,
+                    exc_info=None if isinstance(error, StorageUnavailable) else error,
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.refresh_seconds)

@@ -237,16 +237,17 @@ class QueueService:
             first_look = True
             while True:
                 ticket = self.notifier.ticket(queue)
-                # The caller is asked after each wake-up, not at the first look.
-                gone = None if first_look else abandoned
-                first_look = False
-                if gone is not None and await gone():
+                # The caller is asked before each look after a wake-up, and after any
+                # look that claimed something.
+                if not first_look and abandoned is not None and await abandoned():
                     return None
+                first_look = False
                 lease = await self._claim(queue, settings, limit, lease_ms)
-                if lease is not None and gone is not None and await gone():
+                if lease is not None and abandoned is not None and await abandoned():
                     # The caller hung up while this look claimed (a worker stopping cuts
                     # its waiting poll short): give the messages back now rather than
-                    # leave them leased to nobody until the lease ends.
+                    # leave them leased to nobody until the lease ends. Their delivery
+                    # stays counted, as when a lease runs out.
                     await self.release(queue, lease.lock_id, 0)
                     return None
                 remaining = deadline - loop.time()

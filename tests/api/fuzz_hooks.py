@@ -33,9 +33,6 @@ FORESEEN: dict[str, list[tuple[int, str, str]]] = {
         # With `max_deliveries` and no `dead_letter_queue`, `{queue}.dead` must be a
         # queue name: the path's queue is at most 95 characters.
         (422, "invalid-settings", "would be longer than"),
-        # A retry policy's `max_delay` at least its `initial_delay` (one property
-        # against another).
-        (422, "invalid-request", "max_delay must be at least initial_delay"),
         # A push url must match a prefix of the service's HOURGLASS_PUSH_ALLOWED (unset
         # here, so no push is taken): what the service is configured with.
         (422, "invalid-settings", "HOURGLASS_PUSH_ALLOWED"),

@@ -250,6 +250,7 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
         "max_deliveries": 4,
         "dead_letter_queue": f"{queue}-graveyard",
         "retry": retry,
+        "push": None,
         "updated_at": "…",
     }
     console.wait_for_text("#dead-letter-queue", f"{queue}-graveyard")

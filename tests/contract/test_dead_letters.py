@@ -39,6 +39,7 @@ def test_a_queue_without_settings_has_the_defaults(client):
         "max_deliveries": None,
         "dead_letter_queue": "q.dead",
         "retry": None,
+        "push": None,
         "updated_at": None,
     }
 
@@ -51,6 +52,7 @@ def test_settings_are_replaced_whole(client, clock):
         "max_deliveries": 3,
         "dead_letter_queue": "failed",
         "retry": None,
+        "push": None,
         "updated_at": "2026-11-26T09:00:00.000Z",
     }
     assert client.get("/v1/queues/q/settings").json() == body
@@ -62,6 +64,7 @@ def test_settings_are_replaced_whole(client, clock):
         "max_deliveries": 5,
         "dead_letter_queue": "q.dead",
         "retry": None,
+        "push": None,
         "updated_at": "2026-11-26T09:00:01.000Z",
     }
 

@@ -138,10 +138,13 @@ def test_a_poll_whose_client_hung_up_leases_nothing(clean_database, clock):
             assert keys_of(poll(client, "q")) == ["k"]
 
 
-def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(clean_database, clock):
-    """A worker stopping cuts its waiting poll short; if the poll claimed meanwhile, what it
-    claimed is due again at once, not leased to nobody until the lease ends (the fake
-    clock never reaches that end here)."""
+@pytest.mark.parametrize("offered", ["before the poll", "while it waits"])
+def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
+    clean_database, clock, offered
+):
+    """A worker stopping cuts its waiting poll short; if the poll claimed meanwhile (at its
+    first look, or after a wake-up), what it claimed is due again at once, not leased to
+    nobody until the lease ends (the fake clock never reaches that end here)."""
     settings = clean_database.settings(poll_recheck_seconds=WAIT)
     app = create_app(settings, clock=clock)
     with serving(app) as (port, _server):
@@ -171,14 +174,18 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(clean
 
         service.poll, service._claim = tracked_poll, claim_then_lose_the_caller
         body = b'{"wait": 20, "lease": 600}'
-        hung_up = socket.create_connection(("127.0.0.1", port), timeout=RETURNED_EARLY)
-        hung_up.sendall(
-            b"POST /v1/queues/q/poll HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        waiting.wait_for(1)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=RETURNED_EARLY) as client:
-            assert put(client, "q", "k", 1).status_code == 201  # wakes the poll; it claims "k"
+            if offered == "before the poll":
+                assert put(client, "q", "k", 1).status_code == 201
+            hung_up = socket.create_connection(("127.0.0.1", port), timeout=RETURNED_EARLY)
+            hung_up.sendall(
+                b"POST /v1/queues/q/poll HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            if offered == "while it waits":
+                waiting.wait_for(1)
+                assert put(client, "q", "k", 1).status_code == 201  # wakes the poll
             assert claimed.wait(RETURNED_EARLY), "the waiting poll claimed nothing"
             hung_up.close()
             hung_up_closed.set()

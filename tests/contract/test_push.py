@@ -521,14 +521,14 @@ def test_a_setting_changed_through_another_replica_applies_at_its_next_refresh(
         assert here.dispatcher.pushers == {}
 
 
+@pytest.mark.parametrize("narrower", ["http://127.0.0.1:1/", ""])
 def test_a_stored_target_outside_a_narrower_list_is_never_called(
-    clean_database, clock, endpoint, caplog
+    clean_database, clock, endpoint, caplog, narrower
 ):
     with service_for(clean_database, clock, endpoint.prefix) as before:
         before.push_to(endpoint.url())
         before.configure("r", push={"url": endpoint.url("/r")})
     caplog.set_level(logging.WARNING, logger="app.push.dispatcher")
-    narrower = "http://127.0.0.1:1/"
     with service_for(clean_database, clock, endpoint.prefix, push_allowed=narrower) as after:
         after.refresh()
         assert after.dispatcher.pushers == {}
@@ -537,3 +537,22 @@ def test_a_stored_target_outside_a_narrower_list_is_never_called(
         warnings = [r for r in caplog.records if "does not admit" in r.getMessage()]
         assert sorted(r.args[0] for r in warnings) == ["q", "r"]  # type: ignore[index]
     assert endpoint.requests == []
+
+
+def test_once_told_to_stop_nothing_more_is_claimed(clean_database, clock, endpoint):
+    endpoint.answer = lambda received: Answer(hold=True)
+    with service_for(clean_database, clock, endpoint.prefix) as service:
+        service.push_to(endpoint.url(), timeout=30, concurrency=1)
+        put(service.client, "q", "k1", 1)
+        put(service.client, "q", "k2", 2)
+        endpoint.wait_until(lambda e: e.in_flight == 1)
+        # What the server does the moment it is told to stop (SIGTERM).
+        service.client.portal.call(service.client.app.state.stopping)  # type: ignore[union-attr,attr-defined]
+        endpoint.release.set()  # k1's request ends within the grace: its slot comes free
+        assert service.settled.wait_for(1) == [("q", "k1", PushResult.SUCCESS)]
+        stats = service.client.get("/v1/queues/q").json()
+        assert (stats["ready"], stats["leased"]) == (1, 0)
+    assert len(endpoint.requests) == 1
+    assert [(row["pKey"], row["lockUuid"]) for row in stored_rows(clean_database.url)] == [
+        ("k2", None)
+    ]

@@ -106,6 +106,14 @@ def test_a_middle_draw_is_the_delay_itself(client, clock, chance):
     assert [deliver_and_release(client, clock) for _ in range(3)] == [10_000, 20_000, 40_000]
 
 
+def test_a_cap_under_the_first_delay_caps_every_delay(client, clock):
+    """`min(max_delay, …)` (SPEC §10) from the first delivery on: taken, not refused."""
+    body = configure(client, retry={"initial_delay": 10, "max_delay": 5})
+    assert body["retry"]["initial_delay"] == 10.0 and body["retry"]["max_delay"] == 5.0
+    put(client, "q", "k", 1)
+    assert [deliver_and_release(client, clock) for _ in range(3)] == [5_000] * 3
+
+
 def test_an_explicit_delay_wins_and_so_does_zero(client, clock):
     configure(client, retry={"initial_delay": 60, "max_delay": 600})
     put(client, "q", "k", 1)
@@ -218,7 +226,6 @@ def test_a_queue_without_settings_has_no_retry(client):
     [
         {"initial_delay": 0, "max_delay": 1},
         {"initial_delay": -1, "max_delay": 1},
-        {"initial_delay": 10, "max_delay": 5},
         {"initial_delay": 1, "max_delay": 1, "multiplier": 0.5},
         {"initial_delay": 1, "max_delay": 1, "multiplier": 101},
         {"initial_delay": 1, "max_delay": 1, "jitter": -0.1},
@@ -242,7 +249,7 @@ def test_a_bad_retry_setting_leaves_the_old_one(client, database):
     configure(client, retry={"initial_delay": 1, "max_delay": 2})
     before = settings_rows(database.url)
     response = client.put(
-        "/v1/queues/q/settings", json={"retry": {"initial_delay": 3, "max_delay": 2}}
+        "/v1/queues/q/settings", json={"retry": {"initial_delay": 3, "max_delay": 2, "jitter": 2}}
     )
     assert response.status_code == 422
     assert settings_rows(database.url) == before

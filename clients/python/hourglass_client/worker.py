@@ -42,6 +42,8 @@ AsyncHandler = Callable[[DeliveredMessage], Awaitable[object]]
 _FATAL = (BadRequest, Unauthorized, Forbidden, NotFound, Invalid)
 # The longest pause between polls after failures (they double from 1 s).
 _MAX_POLL_BACKOFF = 30.0
+# The most polls a worker has out at once, whatever its `batch`: each holds a connection.
+_MOST_POLLS = 4
 # Polls that wait less than this for a message (`wait`) come this far apart while
 # nothing is due.
 _IDLE_PAUSE = 1.0
@@ -138,8 +140,9 @@ class _Engine:
         self.queue = queue
         self.concurrency = concurrency
         self.batch = batch
-        # Polls out together: enough to ask for every slot, and at least a second one.
-        self._in_flight = max(2, -(-concurrency // batch))
+        # Polls out together: enough to ask for every slot (at most _MOST_POLLS), and at
+        # least a second one.
+        self._in_flight = max(2, min(-(-concurrency // batch), _MOST_POLLS))
         self.lease = lease
         self.wait = wait
         self.log = log
@@ -223,9 +226,9 @@ class _Engine:
         slots at once and do not wait, up to `_in_flight` polls out together, so
         neither a poll waiting on an empty queue nor a slow answer keeps freed slots
         idle while messages are due, and the service works on several polls while
-        handlers run. Those polls go out only while the queue has more due than was
-        asked for: after a poll comes back short, only the waiting one goes out until
-        it has come back with all it asked for."""
+        handlers run. Those polls go out only while the queue seems to have more due
+        than was asked for: after a poll comes back short, only the waiting one goes out
+        until a poll comes back with all it asked for."""
         loop = asyncio.get_running_loop()
         polls: dict[asyncio.Future[Lease], _Poll] = {}
         hungry = True  # the last poll back brought all it asked for
@@ -248,6 +251,7 @@ class _Engine:
                 await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
                 if freed is not stop:
                     freed.cancel()
+                pause = 0.0  # before the next poll; what came back is taken first
                 for future in [future for future in polls if future.done()]:
                     poll = polls.pop(future)
                     try:
@@ -256,29 +260,36 @@ class _Engine:
                         self.log.error("poll failed: %s; stopping", _described(error))
                         self.fatal = error
                         self.stopping.set()
-                        break
+                        continue  # the others' messages are taken (and, stopping, given back)
                     except Exception as error:  # noqa: BLE001 (a proxy's answer, an unreadable one)
                         # Polled again after a pause: leaving the loop would stop the worker
                         # without settling what its handlers are running.
                         failures += 1
-                        pause = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
+                        backoff = min(2.0 ** (failures - 1), _MAX_POLL_BACKOFF)
+                        pause = max(pause, backoff)
                         self.log.warning(
-                            "poll failed: %s; polling again in %g s", _described(error), pause
+                            "poll failed: %s; polling again in %g s", _described(error), backoff
                         )
-                        await self._until_stopping(asyncio.sleep(pause))
                         continue
                     failures = 0
                     hungry = len(lease.messages) >= poll.asked
                     if poll.waits and not lease.messages and self.wait < _IDLE_PAUSE:
                         # Nothing due and a poll that does not wait: do not ask again at once.
-                        await self._until_stopping(asyncio.sleep(_IDLE_PAUSE - self.wait))
+                        pause = max(pause, _IDLE_PAUSE - self.wait)
                     self._take(lease, poll.started, poll.asked)
+                if pause and not self.stopping.is_set():
+                    await self._until_stopping(asyncio.sleep(pause))
         finally:
             stop.cancel()
-            # Stopping: a waiting poll is cut short (the service stops waiting for a caller
-            # that hung up); one that answered meanwhile is given back.
+            # Stopping: the waiting poll is cut short (the service, seeing its caller gone,
+            # gives back what it claimed meanwhile); the others answer at once and are
+            # waited for. What they bring is given back, unstarted.
+            answering = sum(not poll.waits for poll in polls.values())
+            if answering:
+                self.log.debug("stopping: waiting for %d poll(s) that do not wait", answering)
             for future, poll in polls.items():
-                future.cancel()
+                if poll.waits:
+                    future.cancel()
                 await asyncio.wait([future])
                 if not future.cancelled() and future.exception() is None:
                     self._take(future.result(), poll.started, poll.asked)
@@ -660,8 +671,9 @@ class AsyncWorker:
     """Runs `handler` (a coroutine function) on each message of `queue`, at most
     `concurrency` at a time.
 
-    Each poll asks for as many messages as there are free slots, leased for `lease`
-    seconds and extended while their handlers run. A handler that returns acknowledges
+    Polls ask for the free slots, at most `batch` messages each (half of `concurrency`
+    by default: two polls share the slots), leased for `lease` seconds and extended
+    while their handlers run. A handler that returns acknowledges
     its message; one that raises releases it: due again as the queue's `retry`
     setting says, or after the delay of a `Retry` it raised. `run()` returns after a
     stop (`stop()`, SIGTERM or SIGINT): polling stops, running handlers finish,

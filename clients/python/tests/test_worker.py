@@ -4,6 +4,7 @@ its own (§10), bounded concurrency, and a stop that leaves nothing held."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import signal
@@ -401,5 +402,118 @@ def test_a_second_signal_gives_the_async_workers_running_messages_back_at_once(s
             for key in ["a", "b"]:
                 message = await hourglass.get(queue, key)
                 assert message.state == "ready" and message.deliveries == 1
+
+    asyncio.run(main())
+
+
+class HoldsAnswersThatDoNotWait(AsyncClient):
+    """A client that counts the polls it has out at once, and holds the answer of each poll
+    that does not wait (claimed already by the service) until `release` is set."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.out = 0
+        self.most_out = 0
+        self.asked: list[int] = []
+        self.claimed = asyncio.Event()  # a poll that does not wait has claimed
+        self.release = asyncio.Event()
+
+    async def poll(self, queue, *, max, wait, lease):
+        self.out += 1
+        self.most_out = builtins.max(self.most_out, self.out)
+        self.asked.append(max)
+        try:
+            lease = await super().poll(queue, max=max, wait=wait, lease=lease)
+            if not wait and lease.messages:
+                self.claimed.set()
+                await self.release.wait()
+            return lease
+        finally:
+            self.out -= 1
+
+
+class LogEvent(logging.Handler):
+    """Set once the worker logs a line starting with `start`."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.start = start
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.start):
+            self.seen.set()
+
+
+def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_back(service, queue):
+    """Two polls of two fill four slots; the worker stops while the one that does not wait
+    has claimed and not yet answered: it is let answer, and its messages come back at
+    once, none left leased to nobody (a cancelled poll's claim would stay leased for the
+    lease's 30 s)."""
+    stopping = LogEvent("stopping: waiting for 1 poll(s) that do not wait")
+    log = logging.getLogger("hourglass_client.worker")
+    log.addHandler(stopping)
+    level = log.level
+    log.setLevel(logging.DEBUG)
+
+    async def main() -> None:
+        async with HoldsAnswersThatDoNotWait(service.url) as hourglass:
+            await hourglass.offer_many(queue, [_offer(f"m{index}") for index in range(4)])
+            two_running, finish = asyncio.Event(), asyncio.Event()
+            started: list[str] = []
+
+            async def handler(message):
+                started.append(message.key)
+                if len(started) == 2:
+                    two_running.set()
+                await finish.wait()
+
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=4)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            await asyncio.wait_for(hourglass.claimed.wait(), WAIT)
+            await asyncio.wait_for(two_running.wait(), WAIT)
+            assert hourglass.most_out == 2 and hourglass.asked[:2] == [2, 2]
+            worker.stop()
+            # The answer comes once the worker, stopping, is waiting for it.
+            assert await asyncio.to_thread(stopping.seen.wait, WAIT)
+            hourglass.release.set()
+            finish.set()
+            await asyncio.wait_for(running, WAIT)
+            stats = await hourglass.stats(queue)
+            assert (stats.leased, stats.ready) == (0, 2), stats
+            finished = sorted([entry.key async for entry in hourglass.iter_history(queue)])
+            assert finished == sorted(started)
+
+    try:
+        asyncio.run(main())
+    finally:
+        log.removeHandler(stopping)
+        log.setLevel(level)
+
+
+def test_polls_out_at_once_stay_within_the_cap_and_the_free_slots(service, queue):
+    """Ten slots in polls of two: up to four polls out at once, never more than the free
+    slots asked for."""
+
+    async def main() -> None:
+        async with HoldsAnswersThatDoNotWait(service.url) as hourglass:
+            hourglass.release.set()  # answers are not held here
+            await hourglass.offer_many(queue, [_offer(f"m{index}") for index in range(40)])
+            done = asyncio.Event()
+            handled: list[str] = []
+
+            async def handler(message):
+                handled.append(message.key)
+                if len(handled) == 40:
+                    done.set()
+
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=10, batch=2)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            await asyncio.wait_for(done.wait(), WAIT)
+            worker.stop()
+            await asyncio.wait_for(running, WAIT)
+            assert 2 <= hourglass.most_out <= 4
+            assert max(hourglass.asked) == 2
+            assert sorted(handled) == sorted(f"m{index}" for index in range(40))
 
     asyncio.run(main())
