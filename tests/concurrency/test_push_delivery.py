@@ -284,7 +284,9 @@ def _check_metrics(metrics: Counter[str], accounting: Accounting, receipts: Sequ
 # -- 10,000 messages through 500s and timeouts ---------------------------------------------
 
 MESSAGES = 10_000
-SPREAD_MS = 10_000  # due over 10 s: at 1,000 a second, the dispatcher keeps up
+# Due over 10 s: faster than one replica pushes on two shared cores (110–300 a second
+# measured), so a backlog builds and retries wait their turn behind it.
+SPREAD_MS = 10_000
 TIMEOUT = 1.0
 CONCURRENCY = 25
 FAIL, HOLD = 0.20, 0.05
@@ -394,7 +396,7 @@ def test_ten_thousand_messages_through_500s_and_timeouts_are_each_acknowledged_o
 
 # -- kill -9 mid-push ----------------------------------------------------------------------
 
-KILL_MESSAGES = 3_000
+KILL_MESSAGES = 2_000
 KILL_TIMEOUT = 3.0  # the killed server's leases run out 8 s (timeout + 5) after its claims
 KILL_CONCURRENCY = 8
 
@@ -466,7 +468,7 @@ def test_a_push_killed_mid_request_loses_nothing_and_repeats_only_what_was_in_fl
 
 # -- two replicas --------------------------------------------------------------------------
 
-REPLICA_MESSAGES = 4_000
+REPLICA_MESSAGES = 2_000
 REPLICA_CONCURRENCY = 8
 
 
