@@ -134,3 +134,24 @@ def test_the_worker_benchmark_drains_every_variant_and_reports_each():
     for row in rows:
         assert float(row[1].replace(",", "")) > 0  # msg/s
         assert "poll" in row[-1] and "ack" in row[-1]  # requests by route
+
+
+@pytest.mark.postgresql_only
+def test_the_push_benchmark_reports_lateness_on_one_and_two_replicas_and_throughput():
+    """`python -m bench.push --quick`: every figure there, each a number (not checked)."""
+    with scratch_database("postgresql", "bench") as url:
+        plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        printed = _bench("push", "--database-url", plain_url)
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
+    lateness = [
+        f"{figure}, {replicas} (ms)"
+        for replicas in ("1 replica", "2 replicas")
+        for figure in (
+            *("lateness p50", "lateness p99", "lateness max"),
+            *("due → claim p50", "due → claim p99", "claim → arrival p50", "claim → arrival p99"),
+        )
+    ]
+    throughput = ["push, concurrency 16 (msg/s)", "drain max=1, 16 workers (msg/s)", "push / drain"]
+    assert [row[0].lstrip("| ") for row in rows] == lateness + throughput
+    assert all(float(row[1].replace(",", "")) > 0 for row in rows[len(lateness) :]), rows
+    assert "- push: " in printed and "- drain: " in printed  # CPU a message
