@@ -52,3 +52,5 @@ def configure_logging(level: str = "info", json_lines: bool = False) -> None:
     # Readiness probes read the schema revision; Alembic would log each read.
     logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # httpx logs every request it sends at INFO: a line per push (app/push).
+    logging.getLogger("httpx").setLevel(logging.WARNING)

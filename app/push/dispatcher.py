@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,7 +129,11 @@ class QueuePusher:
         return len(self._requests)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._claim_loop(), name=f"push:{self.queue}")
+        # A context of its own: a pusher started by a settings change through this replica
+        # would otherwise log that request's id on every line.
+        self._task = asyncio.create_task(
+            self._claim_loop(), name=f"push:{self.queue}", context=contextvars.Context()
+        )
 
     def request_stop(self) -> None:
         """Claim nothing more from now on (a waiting claim ends at once)."""

@@ -25,6 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import __version__
+from app.api.request_id import current_request_id
 from app.domain.formats import parse_timestamp
 from app.main import create_app
 from app.push.dispatcher import LEASE_MARGIN_MS, RESPONSE_BODY_LIMIT
@@ -504,6 +505,22 @@ def test_a_setting_changed_here_applies_at_once(service, endpoint):
     put(service.client, "q", "k", 1)
     assert [m["key"] for m in poll(service.client, "q")["messages"]] == ["k"]
     assert endpoint.requests == []
+
+
+def test_pushes_started_by_a_settings_change_carry_no_request_id(service, endpoint):
+    """A pusher started from the settings `PUT` runs in a context of its own: its log lines
+    are not that request's."""
+    ids: list[str | None] = []
+    service.dispatcher.settled_listeners.append(lambda *_: ids.append(current_request_id.get()))
+    answer = service.client.put(
+        "/v1/queues/q/settings",
+        json={"push": {"url": endpoint.url()}},
+        headers={"X-Request-ID": "the-settings-put"},
+    )
+    assert answer.status_code == 200, answer.text
+    put(service.client, "q", "k", 1)
+    service.settled.wait_for(1)
+    assert ids == [None]
 
 
 def test_a_setting_changed_through_another_replica_applies_at_its_next_refresh(
