@@ -53,7 +53,13 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "createdAt",
         "lockUuid",
     }
-    added_by_revisions = {"deliveries", "firstDeliveredAt", "lastDeliveredAt", "deadLetteredFrom"}
+    added_by_revisions = {
+        "deliveries",
+        "firstDeliveredAt",
+        "lastDeliveredAt",
+        "deadLetteredFrom",
+        "priority",  # revision 0009
+    }
     assert columns == seed | added_by_revisions
     assert indexes >= {
         (("pKey", "pKind"), True),
@@ -61,6 +67,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         (("pKind", "scheduledAt", "id"), False),
         (("pKind", "pKey"), False),  # lists by key prefix (revision 0006)
         (("lockUuid", "id"), False),
+        # Polls: due messages by priority, then due time (revision 0009).
+        (("pKind", "priority", "scheduledAt", "id"), False),
     }
 
 
