@@ -212,3 +212,46 @@ def test_revision_0007_adds_retry_settings_and_keeps_existing_ones_both_ways(emp
         command.check(config)
     finally:
         engine.dispose()
+
+
+def test_revision_0009_reads_existing_messages_and_entries_as_priority_0_both_ways(
+    empty_database_url,
+):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0007")
+    engine = create_engine(empty_database_url)
+    entry = {
+        "queue": "q",
+        "name": "e",
+        "schedule": '{"every": 60, "timezone": "UTC"}',
+        "payload": b"1",
+        "configHash": "0123456789abcdef",
+        "createdAt": 1,
+        "updatedAt": 1,
+    }
+    try:
+        with engine.begin() as connection:
+            seed = table("delayed_queue", *(column(name) for name in _SEED_VALUES))
+            connection.execute(insert(seed).values(_SEED_VALUES))
+            entries = table("cron_entries", *(column(name) for name in entry))
+            connection.execute(insert(entries).values(entry))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+            stored = connection.execute(text("SELECT * FROM cron_entries")).mappings().one()
+        assert (message["pKey"], message["priority"]) == ("k", 0)
+        assert (stored["configHash"], stored["priority"]) == ("0123456789abcdef", 0)
+        index = next(
+            index
+            for index in inspect(engine).get_indexes("delayed_queue")
+            if index["name"] == "delayed_queue__kind_priority_scheduled_at_id_idx"
+        )
+        assert index["column_names"] == ["pKind", "priority", "scheduledAt", "id"]
+        command.downgrade(config, "0007")
+        with engine.connect() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert "priority" not in message and message["pKey"] == "k"
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()
