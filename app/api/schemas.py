@@ -43,7 +43,15 @@ from app.domain.formats import (
     parse_timestamp,
     seconds_to_ms,
 )
-from app.domain.messages import Finish, IfExists, Outcome, State, When
+from app.domain.messages import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    Finish,
+    IfExists,
+    Outcome,
+    State,
+    When,
+)
 from app.domain.pages import CURSOR_PATTERN, MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.domain.push import PUSH_URL_MAX, PUSH_URL_PATTERN
@@ -134,6 +142,16 @@ MaxDeliveries = Annotated[
     int, Strict(), Field(ge=1, le=MAX_DELIVERIES_LIMIT), BeforeValidator(_whole_number)
 ]
 RedriveMax = Annotated[int, Strict(), Field(ge=1), BeforeValidator(_whole_number)]
+Priority = Annotated[
+    int,
+    Strict(),
+    Field(ge=DEFAULT_PRIORITY, le=MAX_PRIORITY),
+    BeforeValidator(_whole_number),
+]
+PRIORITY_DESCRIPTION = (
+    f"{DEFAULT_PRIORITY}-{MAX_PRIORITY}: among the messages due at poll time, higher ones "
+    "are delivered first, then earlier due ones"
+)
 # What the time pattern allows, in words.
 TIMES = (
     "years 0001-9999, in UTC too: on 0001-01-01 no offset ahead of UTC, on 9999-12-31 none behind"
@@ -175,6 +193,10 @@ class _Scheduled(_Request):
     )
     delay: Number | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now until the message is due"
+    )
+    priority: Priority = Field(
+        DEFAULT_PRIORITY,
+        description=f"{PRIORITY_DESCRIPTION}; a changed priority is an update",
     )
 
     @model_validator(mode="after")
@@ -306,6 +328,7 @@ class MessageResponse(BaseModel):
         description="For a dead letter, the queue it was moved from after its last delivery, "
         "where a redrive takes it back; an update keeps it only when its token may use that queue"
     )
+    priority: int = Field(description=PRIORITY_DESCRIPTION)
 
 
 class MessageListResponse(BaseModel):
@@ -543,6 +566,11 @@ class CronInstallRequest(_Request):
         description="IANA time zone the schedule is read in; a name the service's time zone "
         "database does not know is `422`",
     )
+    priority: Priority = Field(
+        DEFAULT_PRIORITY,
+        description=f"Every run's priority ({PRIORITY_DESCRIPTION}); part of the "
+        "configuration: a change replaces the runs not yet delivered",
+    )
     lookahead: Number | None = Field(
         None,
         gt=0,
@@ -579,7 +607,8 @@ class CronEntryResponse(BaseModel):
     timezone: str
     payload: JsonValue
     lookahead: float | None = Field(description="Seconds; null for the default")
-    config_hash: str = Field(description="Identifies schedule, time zone and payload")
+    priority: int = Field(description="Every run's priority")
+    config_hash: str = Field(description="Identifies schedule, time zone, payload and priority")
     created_at: Timestamp
     updated_at: Timestamp
     next_runs: list[Timestamp]

@@ -247,7 +247,11 @@ def most_runs_within(schedule: Schedule, span_ms: int) -> int:
     return -(-span_ms // grain)
 
 
-def config_hash(schedule: Schedule, payload: bytes) -> str:
-    """What identifies an entry's configuration: its schedule, zone and payload."""
+def config_hash(schedule: Schedule, payload: bytes, priority: int = 0) -> str:
+    """What identifies an entry's configuration: its schedule, zone, payload and priority.
+
+    Priority 0 adds nothing, so an entry installed before priorities existed keeps its
+    hash, and the keys of the runs it installed."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:HASH_LENGTH]
+    ranked = f"\npriority={priority}".encode() if priority else b""
+    return hashlib.sha256(canonical + b"\n" + payload + ranked).hexdigest()[:HASH_LENGTH]

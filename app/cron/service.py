@@ -52,6 +52,7 @@ class CronSpec:
     schedule: Schedule
     payload: Any
     lookahead_seconds: float | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +105,11 @@ class CronService:
             name=name,
             schedule=json.dumps(spec.schedule.as_json(), sort_keys=True),
             payload=payload,
-            config_hash=config_hash(spec.schedule, payload),
+            config_hash=config_hash(spec.schedule, payload, spec.priority),
             lookahead_ms=lookahead_ms,
             created_at=now,
             updated_at=now,
+            priority=spec.priority,
         )
         installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
@@ -189,6 +191,7 @@ class CronService:
                 payload=entry.payload,
                 scheduled_at=run,
                 if_exists=IfExists.IGNORE,
+                priority=entry.priority,
             )
             for run in runs
         ]

@@ -32,6 +32,8 @@ class CronEntry:
     lookahead_ms: int | None
     created_at: int
     updated_at: int
+    # The priority of every run (app/domain/messages.py: PRIORITIES).
+    priority: int = 0
 
 
 class InstallOutcome(StrEnum):

@@ -19,6 +19,13 @@ def every_queue(queue: str) -> bool:
     return True
 
 
+# A message's priority (SPEC §13): among due messages a poll takes the highest first.
+DEFAULT_PRIORITY = 0
+MAX_PRIORITY = 9
+# Every priority, highest first: the order in which a poll reads them.
+PRIORITIES = tuple(range(MAX_PRIORITY, DEFAULT_PRIORITY - 1, -1))
+
+
 class Outcome(StrEnum):
     """What an offer did."""
 
@@ -57,6 +64,8 @@ class Message:
     deliveries: int = 0
     # For a dead letter, the queue it was dead-lettered from.
     dead_lettered_from: str | None = None
+    # 0-9: among due messages, a poll takes higher ones first.
+    priority: int = DEFAULT_PRIORITY
 
     def state(self, now: int) -> State:
         """`ready` once due (an expired lease is pollable again), else `leased` or `scheduled`."""
@@ -107,6 +116,7 @@ class Offer:
     payload: bytes
     scheduled_at: int
     if_exists: IfExists = IfExists.UPDATE
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +148,7 @@ class OfferRequest:
     payload: Any
     when: When = When()
     if_exists: IfExists = IfExists.UPDATE
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)

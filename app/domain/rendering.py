@@ -42,7 +42,8 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
         f',"scheduled_at_initially":"{format_timestamp(message.scheduled_at_initially)}"'
         f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
         f',"deliveries":{message.deliveries}'
-        f',"dead_lettered_from":{"null" if origin is None else json_string(origin)}{tail}',
+        f',"dead_lettered_from":{"null" if origin is None else json_string(origin)}'
+        f',"priority":{message.priority}{tail}',
     )
 
 

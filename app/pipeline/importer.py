@@ -139,8 +139,8 @@ def run_import(
 
 _COUNTS = ("seen", "created", "updated", "ignored")
 _OUTPUT = (
-    "queue string, key string, payload string, scheduled_at string, reason string, "
-    "seen long, created long, updated long, ignored long"
+    "queue string, key string, payload string, scheduled_at string, priority string, "
+    "reason string, seen long, created long, updated long, ignored long"
 )
 _NORMALIZED = (*transforms.FIELDS, "input_error")
 _REJECT_COLUMNS = (*transforms.FIELDS, "reason")
@@ -195,11 +195,15 @@ def _check_and_write(
                     # A row without a reason has all of these (app/pipeline/rows.py).
                     assert queue and key and checked.payload and checked.scheduled_at is not None
                     offers = pending.setdefault(queue, [])
-                    offers.append(Offer(key, checked.payload, checked.scheduled_at, if_exists))
+                    offers.append(
+                        Offer(
+                            key, checked.payload, checked.scheduled_at, if_exists, checked.priority
+                        )
+                    )
                     if len(offers) >= batch_size:
                         flush(queue)
                     continue
-                rejects.append((*row[:4], checked.reason))
+                rejects.append((*row[:5], checked.reason))  # the fields, then why
                 if len(rejects) >= _REJECTS_BATCH:
                     yield _batch(rejects)
             for queue in list(pending):
@@ -283,6 +287,7 @@ def main_import(arguments, settings) -> int:
         "key": arguments.key_column,
         "payload": arguments.payload_column,
         "scheduled_at": arguments.scheduled_at_column,
+        "priority": arguments.priority_column,
     }
     rejects = arguments.rejects or arguments.input.rstrip("/") + ".rejects"
     database_url = (

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
 from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
+from app.domain.messages import DEFAULT_PRIORITY
 from app.domain.payloads import encode_payload
 
 _QUEUE = re.compile(QUEUE_PATTERN)
@@ -22,6 +23,9 @@ _QUEUE = re.compile(QUEUE_PATTERN)
 _DECODER = json.JSONDecoder(parse_constant=lambda name: _not_json(name))
 _KEY = re.compile(KEY_PATTERN)
 _RFC3339 = re.compile(RFC3339_PATTERN)
+# A priority as the API takes it, 0-9, a JSON integer or a whole number written with a
+# fraction (5.0, as a float column reads as text); as text, so "5" from a CSV too.
+_PRIORITY = re.compile(r"[0-9](?:\.0+)?")
 
 
 class Reason:
@@ -36,6 +40,7 @@ class Reason:
     PAYLOAD_TOO_LARGE = "payload_too_large"
     PAYLOAD_TOO_DEEP = "payload_too_deep"  # arrays and objects nested past the API's limit
     INVALID_SCHEDULED_AT = "invalid_scheduled_at"
+    INVALID_PRIORITY = "invalid_priority"  # not a whole number 0-9
     DUPLICATE_KEY = "duplicate_key"
     UNKNOWN_FIELD = "unknown_field"  # a JSON line with a field no column takes
 
@@ -47,6 +52,7 @@ class Checked:
     reason: str | None
     payload: bytes | None = None
     scheduled_at: int | None = None  # epoch ms
+    priority: int = DEFAULT_PRIORITY
 
 
 def check_row(
@@ -54,11 +60,13 @@ def check_row(
     key: str | None,
     payload: str | None,
     scheduled_at: str | None,
+    priority: str | None = None,
     *,
     now_ms: int,
     max_payload_bytes: int,
 ) -> Checked:
-    """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now."""
+    """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now;
+    `priority` a whole number 0-9 as text, or None for the default."""
     if not queue:
         return Checked(Reason.MISSING_QUEUE)
     if not _valid_queue(queue):
@@ -80,11 +88,16 @@ def check_row(
     except (RecursionError, PayloadTooDeep):
         return Checked(Reason.PAYLOAD_TOO_DEEP)
     if scheduled_at is None or scheduled_at == "":
-        return Checked(None, stored, now_ms)
-    due = _due(scheduled_at)
-    if due is None:
-        return Checked(Reason.INVALID_SCHEDULED_AT)
-    return Checked(None, stored, due)
+        due: int | None = now_ms
+    else:
+        due = _due(scheduled_at)
+        if due is None:
+            return Checked(Reason.INVALID_SCHEDULED_AT)
+    if priority is None or priority == "":
+        return Checked(None, stored, due)
+    if not _PRIORITY.fullmatch(priority):
+        return Checked(Reason.INVALID_PRIORITY)
+    return Checked(None, stored, due, int(priority[0]))
 
 
 # Bulk data repeats its queues and times: check each distinct one once per worker.

@@ -1,6 +1,7 @@
 """The import's transforms.
 
-    normalize (DataFrame) -> queue, key, payload (JSON text), scheduled_at (text), input_error
+    normalize (DataFrame) -> queue, key, payload (JSON text), scheduled_at (text),
+                             priority (text), input_error
     co_locate (DataFrame) -> the rows of each key together, in one partition
     judge (rows, in Python) -> each row with its verdict: stored form, or a reason
 
@@ -21,10 +22,13 @@ from pyspark.sql import types as T
 
 from app.pipeline.rows import Checked, Reason, check_row, json_text
 
-FIELDS = ("queue", "key", "payload", "scheduled_at")
-NORMALIZED = "queue string, key string, payload string, scheduled_at string, input_error string"
+FIELDS = ("queue", "key", "payload", "scheduled_at", "priority")
+NORMALIZED = (
+    "queue string, key string, payload string, scheduled_at string, priority string, "
+    "input_error string"
+)
 # One normalized row, in NORMALIZED's order.
-Row = tuple[str | None, str | None, str | None, str | None, str | None]
+Row = tuple[str | None, str | None, str | None, str | None, str | None, str | None]
 # A JSON line that is not a JSON object with these fields.
 INVALID_LINE = "invalid_json_line"
 
@@ -32,7 +36,7 @@ INVALID_LINE = "invalid_json_line"
 def normalize(
     df: DataFrame, *, json_lines: bool, columns: dict[str, str], queue: str | None
 ) -> DataFrame:
-    """The input's rows as the four fields, all text; `columns` maps field to input column.
+    """The input's rows as the five fields, all text; `columns` maps field to input column.
 
     JSON lines come as one `value` column of text (spark.read.text), so that any
     JSON value can be a payload; other formats hold JSON text in the payload
@@ -53,8 +57,8 @@ def normalize(
     if unknown := sorted(present - used):
         raise ValueError(
             f"the input has columns no field takes: {unknown}; name them with "
-            "--key-column, --payload-column, --scheduled-at-column or --queue-column, "
-            "or leave them out of the input"
+            "--key-column, --payload-column, --scheduled-at-column, --priority-column or "
+            "--queue-column, or leave them out of the input"
         )
 
     def field(name: str) -> Column:
@@ -106,6 +110,7 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
             "key": _text(record.get(names["key"])),
             "payload": None,
             "scheduled_at": _text(record.get(names["scheduled_at"])),
+            "priority": _number(record.get(names["priority"])),
             "input_error": None,
         }
         if names["payload"] in record:
@@ -138,6 +143,12 @@ def _text(value: object) -> str | None:
     return json_text(value)
 
 
+def _number(value: object) -> str | None:
+    """A field that must be a JSON number, as its JSON text: a string ("5") is not one,
+    as the API refuses it, so it is kept quoted, and fails later."""
+    return None if value is None else json_text(value)
+
+
 _NORMALIZED_ARROW = pa.schema([(name, pa.string()) for name in (*FIELDS, "input_error")])
 
 
@@ -153,21 +164,28 @@ def judge(
     """Each normalized row with its verdict, for rows that come grouped by (queue, key).
 
     A row is a tuple in NORMALIZED's order (queue, key, payload, scheduled_at,
-    input_error): the executors zip Arrow's columns into them, the cheapest form.
-    Of the valid rows of one key, the one due last wins, then the one with the
-    greatest stored payload (bytes), so the choice does not depend on the input's
+    priority, input_error): the executors zip Arrow's columns into them, the cheapest
+    form. Of the valid rows of one key, the one due last wins, then the one with the
+    greatest stored payload (bytes), then the highest priority, so the choice does
+    not depend on the input's
     order or partitioning; the others get reason `duplicate_key`. A winner is
     yielded once its group has ended.
     """
     group: tuple[str | None, str | None] | None = None
     best: tuple[Row, Checked] | None = None
     for row in rows:
-        queue, key, payload, scheduled_at, input_error = row
+        queue, key, payload, scheduled_at, priority, input_error = row
         if input_error is not None:
             yield row, Checked(input_error)
             continue
         checked = check_row(
-            queue, key, payload, scheduled_at, now_ms=now_ms, max_payload_bytes=max_payload_bytes
+            queue,
+            key,
+            payload,
+            scheduled_at,
+            priority,
+            now_ms=now_ms,
+            max_payload_bytes=max_payload_bytes,
         )
         if checked.reason is not None:
             yield row, checked
@@ -185,5 +203,5 @@ def judge(
         yield best
 
 
-def _rank(checked: Checked) -> tuple[int, bytes]:
-    return checked.scheduled_at or 0, checked.payload or b""
+def _rank(checked: Checked) -> tuple[int, bytes, int]:
+    return checked.scheduled_at or 0, checked.payload or b"", checked.priority

@@ -27,6 +27,7 @@ from app.domain.errors import (
     QueueForbidden,
 )
 from app.domain.messages import (
+    DEFAULT_PRIORITY,
     Claim,
     KeyedOutcome,
     Lease,
@@ -125,10 +126,13 @@ class QueueService:
         """Update an existing message; MessageNotFound when there is none."""
         return await self._offer(queue, request, can_create=False, may_use=may_use)
 
-    async def offer_new(self, queue: str, payload: Any, when: When) -> OfferResult:
+    async def offer_new(
+        self, queue: str, payload: Any, when: When, priority: int = DEFAULT_PRIORITY
+    ) -> OfferResult:
         """Create a message under a generated key."""
         return await self.offer(
-            queue, OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when)
+            queue,
+            OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when, priority=priority),
         )
 
     async def _offer(
@@ -174,6 +178,7 @@ class QueueService:
             payload=encode_payload(request.payload, self.max_payload_bytes),
             scheduled_at=request.when.resolve(now),
             if_exists=request.if_exists,
+            priority=request.priority,
         )
 
     # -- one message ----------------------------------------------------------------

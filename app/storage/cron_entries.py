@@ -64,6 +64,7 @@ class SqlCronEntries:
                 "new_payload": entry.payload,
                 "new_config_hash": entry.config_hash,
                 "new_lookahead_ms": entry.lookahead_ms,
+                "new_priority": entry.priority,
                 "now": entry.updated_at,
             },
         )
@@ -176,6 +177,7 @@ def _cron_row(entry: CronEntry) -> dict[str, Any]:
         "lookaheadMs": entry.lookahead_ms,
         "createdAt": entry.created_at,
         "updatedAt": entry.updated_at,
+        "priority": entry.priority,
     }
 
 
@@ -189,6 +191,7 @@ def _cron_entry(row: Any) -> CronEntry:
         lookahead_ms=row.lookaheadMs,
         created_at=row.createdAt,
         updated_at=row.updatedAt,
+        priority=row.priority,
     )
 
 

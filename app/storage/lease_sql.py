@@ -12,17 +12,37 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, String, bindparam, case, func, null, select, update
+from sqlalchemy import (
+    BigInteger,
+    String,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES
 from app.storage import sql
 from app.storage.sql import Removal, columns, removal
 from app.storage.tables import delayed_queue as queue_table
 
-# Poll: the due rows, oldest first, skipping rows another transaction holds, each
+# Among a queue's due messages a poll takes the highest priority first, then the
+# earliest due, then the lowest id: the order of the poll's index (revision 0009).
+# "Due" is a prefix of each priority's range of that index, not one range: the
+# poll reads the ten ranges, highest first, and stops once it has its rows
+# (docs/decisions/0017-priorities.md). Here as `priority IN (9, …, 0)`, written
+# out, which MariaDB and SQLite read as ten ranges in the index's order (priority
+# DESC), so no sort; PostgreSQL (15) cannot, and reads one range per priority
+# through a LATERAL subquery instead (its dialect).
+CLAIM_ORDER = (columns.priority.desc(), columns.scheduledAt, columns.id)
+any_priority = columns.priority.in_([literal_column(str(value)) for value in PRIORITIES])
+# Poll: the due rows in CLAIM_ORDER, skipping rows another transaction holds, each
 # with the length of its payload (length() counts the bytes of a binary value on
 # every database; SQLite 3.40 has no octet_length), and its payload only when it
 # is at most "inline_payload_bytes": a poll takes the rows whose answer fits (see
@@ -41,13 +61,14 @@ claim_candidates = (
         columns.firstDeliveredAt,
         columns.lastDeliveredAt,
         columns.deadLetteredFrom,
+        columns.priority,
         _payload_bytes.label("payload_bytes"),
         case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
             "payload"
         ),
     )
-    .where(sql.in_queue, sql.is_due)
-    .order_by(columns.scheduledAt)
+    .where(sql.in_queue, any_priority, sql.is_due)
+    .order_by(*CLAIM_ORDER)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
 )
@@ -255,6 +276,7 @@ class ClaimedRow:
     previous_first_delivered_at: int | None
     previous_last_delivered_at: int | None
     dead_lettered_from: str | None
+    priority: int
 
     def delivered(self, max_deliveries: int | None) -> bool:
         """Whether a poll in a queue with that delivery limit (None: none) delivers this
@@ -270,7 +292,7 @@ class ClaimedRow:
 
 
 def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
-    """How many of the rows of `sizes` (answer bytes each, oldest first) a poll takes:
+    """How many of the rows of `sizes` (answer bytes each, in CLAIM_ORDER) a poll takes:
     those whose answer up to and including them fits in `max_bytes`, and the first
     delivered one always (with any not delivered before it, which count 0). The
     PostgreSQL dialect says the same in SQL."""
@@ -305,9 +327,12 @@ def read_payloads(
     return payloads
 
 
-def claim_select_then_update(connection: Connection, parameters: dict) -> list[ClaimedRow]:
+def claim_select_then_update(
+    connection: Connection, candidates: Select, parameters: dict
+) -> list[ClaimedRow]:
     """Poll for databases without `UPDATE … RETURNING`, in one transaction: select the
-    candidates, then update those whose answer fits. The select reads a candidate's
+    candidates (`candidates`: claim_candidates, or a dialect's form of it), then update
+    those whose answer fits. The select reads a candidate's
     payload when it is small enough that all of them fit in one read's
     PAYLOAD_READ_BYTES: every poll of small messages makes these two statements (as
     before the bound), and one cut short reads little for nothing; the store reads
@@ -327,8 +352,9 @@ def claim_select_then_update(connection: Connection, parameters: dict) -> list[C
             previous_first_delivered_at=row.firstDeliveredAt,
             previous_last_delivered_at=row.lastDeliveredAt,
             dead_lettered_from=row.deadLetteredFrom,
+            priority=row.priority,
         )
-        for row in connection.execute(claim_candidates, {**parameters, **inline})
+        for row in connection.execute(candidates, {**parameters, **inline})
     ]
     sizes = [row.answer_bytes(parameters.get("max_deliveries")) for row in rows]
     rows = rows[: answer_length(sizes, parameters["max_bytes"])]

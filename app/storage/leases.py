@@ -58,9 +58,10 @@ class SqlLeases:
         *,
         max_bytes: int | None = None,
     ) -> Claim:
-        """Lease up to `limit` due messages to `lock_id`, oldest due first, while their
-        payloads with POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first
-        always; None: no bound). Messages left out are not touched.
+        """Lease up to `limit` due messages to `lock_id`, highest priority first, then
+        oldest due (then lowest id), while their payloads with
+        POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first always; None: no
+        bound). Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see lease_sql.claim_values).
@@ -90,7 +91,8 @@ class SqlLeases:
             # The poll answers 503: nobody may be left holding what it took.
             self._give_back(queue, claimed, lock_id, max_deliveries)
             raise
-        claimed.sort(key=lambda row: (row.previous_scheduled_at, row.id))
+        # The claim's order (lease_sql.CLAIM_ORDER), which not every statement keeps.
+        claimed.sort(key=lambda row: (-row.priority, row.previous_scheduled_at, row.id))
         deliveries = [
             _delivery(queue, row, lease_until) for row in claimed if row.delivered(max_deliveries)
         ]
@@ -357,6 +359,7 @@ def _delivery(queue: str, row: lease_sql.ClaimedRow, lease_until: int) -> Delive
             locked=True,
             deliveries=row.previous_deliveries + 1,
             dead_lettered_from=row.dead_lettered_from,
+            priority=row.priority,
         ),
         redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
     )

@@ -164,7 +164,8 @@ class SqlMessages:
         return outcomes
 
     def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
-        """The keys of `offers` (one each) whose payload and time are stored as offered.
+        """The keys of `offers` (one each) whose payload, time and priority are stored as
+        offered.
 
         A re-run of an import, or a producer sending again, then costs one read per
         chunk instead of a locked read and a commit per key.
@@ -180,12 +181,14 @@ class SqlMessages:
                 ).all()
 
             stored = {
-                row.pKey: (row.digest, row.scheduledAtInitially) for row in self.runner.read(read)
+                row.pKey: (row.digest, row.scheduledAtInitially, row.priority)
+                for row in self.runner.read(read)
             }
             unchanged.update(
                 offer.key
                 for offer in chunk
-                if stored.get(offer.key) == (digest(offer.payload), offer.scheduled_at)
+                if stored.get(offer.key)
+                == (digest(offer.payload), offer.scheduled_at, offer.priority)
             )
         return unchanged
 
@@ -212,9 +215,10 @@ class SqlMessages:
             else:
                 current = connection.execute(sql.offer_select_for_update, key_parameters).first()
                 if current is not None:
-                    if (current.payload, current.scheduledAtInitially) == (
+                    if (current.payload, current.scheduledAtInitially, current.priority) == (
                         offer.payload,
                         offer.scheduled_at,
+                        offer.priority,
                     ):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
                     if self._swap(connection, key_parameters, current, offer, now, may_use):
@@ -247,6 +251,7 @@ class SqlMessages:
                     "old_origin": origin,
                     "new_origin": origin if origin is not None and may_use(origin) else None,
                     "new_payload": offer.payload,
+                    "new_priority": offer.priority,
                     "new_scheduled_at": offer.scheduled_at,
                     "now": now,
                 },
@@ -317,6 +322,7 @@ def message_of(queue: str, row: Any, payload: bytes) -> Message:
         locked=bool(row.locked),
         deliveries=row.deliveries,
         dead_lettered_from=row.deadLetteredFrom,
+        priority=row.priority,
     )
 
 
@@ -328,6 +334,7 @@ def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
         "scheduledAt": offer.scheduled_at,
         "scheduledAtInitially": offer.scheduled_at,
         "createdAt": now,
+        "priority": offer.priority,
     }
 
 

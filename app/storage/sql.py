@@ -133,7 +133,11 @@ def starting_over(due: Any) -> dict[str, Any]:
 # kept is what was judged.
 offer_select_for_update = (
     select(
-        columns.payload, columns.scheduledAtInitially, columns.createdAt, columns.deadLetteredFrom
+        columns.payload,
+        columns.scheduledAtInitially,
+        columns.priority,
+        columns.createdAt,
+        columns.deadLetteredFrom,
     )
     .where(by_key)
     .with_for_update()
@@ -148,6 +152,7 @@ offer_update = (
     )
     .values(
         payload=bindparam("new_payload"),
+        priority=bindparam("new_priority"),
         createdAt=bindparam("now"),
         deadLetteredFrom=bindparam("new_origin"),
         **starting_over(bindparam("new_scheduled_at")),
@@ -168,7 +173,7 @@ existing_keys = keys_in_queue(columns.pKey)
 # Batch offer: what is stored under keys that exist, to tell the unchanged ones; a
 # dialect with a hash function compares digests instead of whole payloads.
 stored_offers = keys_in_queue(
-    columns.pKey, columns.payload.label("digest"), columns.scheduledAtInitially
+    columns.pKey, columns.payload.label("digest"), columns.scheduledAtInitially, columns.priority
 )
 
 # What a Message shows (storage/messages.py: message_of), its payload besides.
@@ -180,6 +185,7 @@ MESSAGE_COLUMNS = (
     columns.lockUuid.is_not(None).label("locked"),
     columns.deliveries,
     columns.deadLetteredFrom,
+    columns.priority,
 )
 message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)
@@ -284,6 +290,7 @@ cron_update = (
         payload=bindparam("new_payload"),
         configHash=bindparam("new_config_hash"),
         lookaheadMs=bindparam("new_lookahead_ms"),
+        priority=bindparam("new_priority"),
         updatedAt=bindparam("now"),
     )
 )

@@ -11,9 +11,11 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
+    column,
     literal_column,
     text,
 )
@@ -28,6 +30,9 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 # MariaDB's plain BLOB stops at 64 KiB; payloads may be up to the configured limit.
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
+
+# The index every poll reads (revision 0009; app/storage/lease_sql.py: CLAIM_ORDER).
+POLL_INDEX = "delayed_queue__kind_priority_scheduled_at_id_idx"
 
 # The seed design's table, column for column. Times are epoch milliseconds.
 # `pKind` is the queue name. `scheduledAt` is when the row is next due: for a
@@ -49,6 +54,8 @@ delayed_queue = Table(
     Column("firstDeliveredAt", BigInteger, nullable=True),
     Column("lastDeliveredAt", BigInteger, nullable=True),
     Column("deadLetteredFrom", String(100), nullable=True),
+    # Added by revision 0009 (issue 20): 0-9, higher first among due messages.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     # Polls and lists by due time (revision 0006 added "id": a page's keyset is
     # (scheduledAt, id), and many messages may be due in the same millisecond).
@@ -62,6 +69,15 @@ delayed_queue = Table(
         postgresql_ops={"pKey": "varchar_pattern_ops"},
     ),
     Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
+    # Polls (revision 0009): due messages by priority, highest first, then due time and
+    # id; "due" is a prefix of each priority's range (docs/decisions/0017-priorities.md).
+    Index(
+        POLL_INDEX,
+        "pKind",
+        column("priority").desc(),
+        "scheduledAt",
+        "id",
+    ),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
@@ -95,6 +111,8 @@ cron_entries = Table(
     Column("payload", _PAYLOAD_TYPE, nullable=False),
     Column("configHash", String(16), nullable=False),
     Column("lookaheadMs", BigInteger, nullable=True),
+    # Added by revision 0009 (issue 20): the priority of every run it installs.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),

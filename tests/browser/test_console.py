@@ -439,6 +439,20 @@ def test_a_message_is_deleted_from_the_list(console, unique):
     assert service.message_status(queue, "goes") == 404
 
 
+def test_the_message_table_and_page_show_each_message_s_priority(console, unique):
+    service = console.service
+    queue = f"priorities-{unique}"
+    service.offer(queue, "urgent", 1, priority=9)
+    service.offer(queue, "routine", 2)
+
+    console.open(f"/console/queues/{queue}")
+    console.loaded("#messages")
+    rows = console.table("#messages table", "data-key")
+    assert {key: row["priority"] for key, row in rows.items()} == {"urgent": "9", "routine": "0"}
+    console.open(message_path(queue, "urgent"))
+    assert console.text('[data-fact="priority"]') == "9"
+
+
 def test_a_message_page_shows_its_history(console, unique):
     service = console.service
     queue = f"history-{unique}"

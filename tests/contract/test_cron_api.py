@@ -354,3 +354,32 @@ def test_a_lookahead_longer_than_a_day_is_422(client, database):
     assert install(client, "x", payload=1, every=60, lookahead=86_401).status_code == 422
     assert stored_rows(database.url) == []
     assert install(client, "x", payload=1, every=60, lookahead=86_400).status_code == 201
+
+
+def test_an_entry_s_priority_is_every_run_s_and_a_change_of_it_replaces_its_runs(
+    client, clock, database
+):
+    every = {"payload": 1, "every": 600}
+    created = install(client, "tick", "q", **every, priority=6).json()
+    assert created["priority"] == 6
+    plain = config_hash(Schedule(every=600.0), b"1")
+    assert created["config_hash"] == config_hash(Schedule(every=600.0), b"1", 6) != plain
+    rows = stored_rows(database.url)
+    assert rows and {row["priority"] for row in rows} == {6}
+    assert all(f"/{created['config_hash']}/" in row["pKey"] for row in rows)
+    assert client.get("/v1/queues/q/cron/tick").json()["priority"] == 6
+
+    changed = install(client, "tick", "q", **every)  # priority left out: 0
+    assert (changed.status_code, changed.json()["outcome"]) == (200, "changed")
+    assert changed.json()["config_hash"] == plain
+    rows = stored_rows(database.url)
+    assert rows and {row["priority"] for row in rows} == {0}
+    assert all(f"/{plain}/" in row["pKey"] for row in rows)
+    assert install(client, "tick", "q", **every).json()["outcome"] == "unchanged"
+
+
+@pytest.mark.parametrize("priority", [-1, 10, "1", 0.5])
+def test_an_entry_s_priority_outside_0_to_9_is_422(client, database, priority):
+    body = {"payload": 1, "every": 600, "priority": priority}
+    assert install(client, "tick", "q", **body).status_code == 422
+    assert stored_rows(database.url) == []

@@ -159,6 +159,7 @@ def test_a_message_past_its_last_delivery_moves_to_the_dead_letter_queue(client,
         "state": "ready",
         "deliveries": 0,
         "dead_lettered_from": "q",
+        "priority": 0,
     }
     assert history_rows(database.url) == [
         {

@@ -74,6 +74,7 @@ def test_message_read_shows_every_field(client):
         "state": "scheduled",
         "deliveries": 0,
         "dead_lettered_from": None,
+        "priority": 0,
     }
     assert "lock" not in response.text
 

@@ -100,6 +100,33 @@ def test_a_changed_row_updates_or_is_ignored(spark, clean_database, tmp_path):
     assert rows["reminders", "user-1"]["payload"] == b'{"text":"changed"}'
 
 
+def test_a_priority_column_is_stored_checked_and_changed_like_the_other_fields(
+    spark, clean_database, tmp_path
+):
+    path = tmp_path / "in.csv"
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "priority"])
+        writer.writerows([("q", "high", "1", "9"), ("q", "none", "2", ""), ("q", "bad", "3", "10")])
+    counts = _import(spark, clean_database, str(path), tmp_path)
+    assert (counts.created, counts.rejected) == (2, 1)
+    stored = {row["pKey"]: row["priority"] for row in stored_rows(clean_database.url)}
+    assert stored == {"high": 9, "none": 0}
+    rejects = spark.read.parquet(str(tmp_path / "rejects")).collect()
+    assert [(row["key"], row["priority"], row["reason"]) for row in rejects] == [
+        ("bad", "10", "invalid_priority")
+    ]
+    # Again with one priority changed: that row is an update, the others are ignored.
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "priority"])
+        writer.writerows([("q", "high", "1", "8"), ("q", "none", "2", "")])
+    again = _import(spark, clean_database, str(path), tmp_path)
+    assert (again.created, again.updated, again.ignored) == (0, 1, 1)
+    stored = {row["pKey"]: row["priority"] for row in stored_rows(clean_database.url)}
+    assert stored == {"high": 8, "none": 0}
+
+
 def test_json_lines_into_one_queue(spark, clean_database, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(

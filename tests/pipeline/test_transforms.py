@@ -34,6 +34,7 @@ def test_normalize_maps_columns_and_fills_in_the_queue(spark):
             "key": "u1",
             "payload": '{"a": 1}',
             "scheduled_at": "2026-11-27T09:00:00.250Z",
+            "priority": None,
             "input_error": None,
         }
     ]
@@ -83,8 +84,8 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
     ]
 
 
-def _row(queue, key, payload, scheduled_at=None, error=None):
-    return queue, key, payload, scheduled_at, error
+def _row(queue, key, payload, scheduled_at=None, error=None, priority=None):
+    return queue, key, payload, scheduled_at, priority, error
 
 
 def _judged(rows):
@@ -128,7 +129,7 @@ def test_of_duplicate_keys_the_latest_then_the_greatest_payload_wins():
 
 
 def test_co_locate_puts_each_key_in_one_partition_in_order(spark):
-    rows = [("q", f"k{n % 7}", "1", None, None) for n in range(70)]
+    rows = [("q", f"k{n % 7}", "1", None, None, None) for n in range(70)]
     df = spark.createDataFrame(rows, transforms.NORMALIZED)
     partitions = transforms.co_locate(df, 3).rdd.glom().collect()
     where = {}
@@ -162,3 +163,34 @@ def test_a_json_line_with_a_field_no_column_takes_is_rejected():
     names = {name: name for name in transforms.FIELDS}
     values = transforms._line_fields('{"key": "k", "payload": 1, "delay": 60}', names, "q")
     assert values["input_error"] == Reason.UNKNOWN_FIELD
+
+
+def test_a_priority_column_is_taken_as_the_api_takes_priority(spark, tmp_path):
+    df = spark.createDataFrame(
+        [("a", "1", 7), ("b", "1", None)], "key string, payload string, priority int"
+    )
+    normalized = transforms.normalize(df, json_lines=False, columns={}, queue="q")
+    assert [row["priority"] for row in _rows(normalized)] == ["7", None]
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        '{"key": "a", "payload": 1, "priority": 9}\n'
+        '{"key": "b", "payload": 1, "priority": "9"}\n'
+        '{"key": "c", "payload": 1, "priority": 4.0}\n'
+        '{"key": "d", "payload": 1}\n'
+    )
+    lines = transforms.normalize(spark.read.text(str(path)), json_lines=True, columns={}, queue="q")
+    judged = _judged([tuple(row.values()) for row in _rows(lines)])
+    assert sorted((key, reason) for _, key, _, _, reason in judged) == [
+        ("a", None),
+        ("b", Reason.INVALID_PRIORITY),  # a string, as the API refuses it
+        ("c", None),
+        ("d", None),
+    ]
+    priorities = {
+        row[1]: checked.priority
+        for row, checked in transforms.judge(
+            [tuple(row.values()) for row in _rows(lines)], now_ms=NOW, max_payload_bytes=1000
+        )
+        if checked.reason is None
+    }
+    assert priorities == {"a": 9, "c": 4, "d": 0}

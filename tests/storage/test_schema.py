@@ -53,7 +53,13 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "createdAt",
         "lockUuid",
     }
-    added_by_revisions = {"deliveries", "firstDeliveredAt", "lastDeliveredAt", "deadLetteredFrom"}
+    added_by_revisions = {
+        "deliveries",
+        "firstDeliveredAt",
+        "lastDeliveredAt",
+        "deadLetteredFrom",
+        "priority",  # revision 0009
+    }
     assert columns == seed | added_by_revisions
     assert indexes >= {
         (("pKey", "pKind"), True),
@@ -61,6 +67,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         (("pKind", "scheduledAt", "id"), False),
         (("pKind", "pKey"), False),  # lists by key prefix (revision 0006)
         (("lockUuid", "id"), False),
+        # Polls: due messages by priority, then due time (revision 0009).
+        (("pKind", "priority", "scheduledAt", "id"), False),
     }
 
 
@@ -225,6 +233,49 @@ def test_revision_0008_adds_push_settings_and_keeps_existing_ones_both_ways(empt
         with engine.connect() as connection:
             row = connection.execute(text("SELECT * FROM queue_settings")).mappings().one()
         assert "pushUrl" not in row and row["retryInitialDelayMs"] == 5
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()
+
+
+def test_revision_0009_reads_existing_messages_and_entries_as_priority_0_both_ways(
+    empty_database_url,
+):
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0008")
+    engine = create_engine(empty_database_url)
+    entry = {
+        "queue": "q",
+        "name": "e",
+        "schedule": '{"every": 60, "timezone": "UTC"}',
+        "payload": b"1",
+        "configHash": "0123456789abcdef",
+        "createdAt": 1,
+        "updatedAt": 1,
+    }
+    try:
+        with engine.begin() as connection:
+            seed = table("delayed_queue", *(column(name) for name in _SEED_VALUES))
+            connection.execute(insert(seed).values(_SEED_VALUES))
+            entries = table("cron_entries", *(column(name) for name in entry))
+            connection.execute(insert(entries).values(entry))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+            stored = connection.execute(text("SELECT * FROM cron_entries")).mappings().one()
+        assert (message["pKey"], message["priority"]) == ("k", 0)
+        assert (stored["configHash"], stored["priority"]) == ("0123456789abcdef", 0)
+        index = next(
+            index
+            for index in inspect(engine).get_indexes("delayed_queue")
+            if index["name"] == "delayed_queue__kind_priority_scheduled_at_id_idx"
+        )
+        assert index["column_names"] == ["pKind", "priority", "scheduledAt", "id"]
+        command.downgrade(config, "0008")
+        with engine.connect() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert "priority" not in message and message["pKey"] == "k"
         command.upgrade(config, "head")
         command.check(config)
     finally:

@@ -105,3 +105,17 @@ def test_database_urls_map_to_jdbc_sources():
     assert url == "jdbc:mysql://db:3307/hourglass?permitMysqlScheme"  # backticks in Spark
     assert properties["driver"] == "org.mariadb.jdbc.Driver"
     assert (properties["user"], properties["password"]) == ("app", "secret")
+
+
+@pytest.mark.parametrize(
+    ("priority", "stored"), [(None, 0), ("", 0), ("0", 0), ("9", 9), ("5.0", 5), ("3.00", 3)]
+)
+def test_a_priority_is_a_whole_number_0_to_9(priority, stored):
+    checked = check_row("q", "k", "1", None, priority, now_ms=NOW, max_payload_bytes=100)
+    assert (checked.reason, checked.priority) == (None, stored)
+
+
+@pytest.mark.parametrize("priority", ["10", "-1", "2.5", '"5"', "true", "five", " 5", "05"])
+def test_a_priority_the_api_would_refuse_is_refused_with_a_reason(priority):
+    checked = check_row("q", "k", "1", None, priority, now_ms=NOW, max_payload_bytes=100)
+    assert checked.reason == Reason.INVALID_PRIORITY

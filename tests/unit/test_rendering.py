@@ -54,6 +54,7 @@ def _lease(redelivery: bool) -> Lease:
                 locked=True,
                 deliveries=index + 1,
                 dead_lettered_from='q."from"' if index % 2 else None,
+                priority=index % 10,
             ),
             redelivery=redelivery and index % 2 == 0,
         )
@@ -78,6 +79,7 @@ def _fields(message: Message, state: State) -> dict:
         "state": state,
         "deliveries": message.deliveries,
         "dead_lettered_from": message.dead_lettered_from,
+        "priority": message.priority,
     }
 
 
@@ -140,6 +142,7 @@ def test_a_model_with_a_stored_payload_equals_the_model(payload):
         "every": 60.0,
         "daily": None,
         "timezone": "UTC",
+        "priority": 7,
         "lookahead": None,
         "config_hash": "0123456789abcdef",
         "created_at": 0,

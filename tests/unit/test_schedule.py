@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from bisect import bisect_right
 from datetime import UTC, datetime
@@ -227,6 +229,16 @@ def test_the_config_hash_covers_schedule_zone_and_payload_only():
     )
     assert base != config_hash(Schedule(daily=("09:00", "18:00")), b'{"r":2}')
     assert config_hash(Schedule(every=60), b"1") != config_hash(Schedule(cron="* * * * *"), b"1")
+
+
+def test_the_config_hash_covers_a_priority_other_than_0_and_keeps_older_hashes():
+    schedule, payload = Schedule(every=60), b'{"r":1}'
+    # The hash of an entry stored before priorities existed, worked out as it was then.
+    canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
+    before = hashlib.sha256(canonical + b"\n" + payload).hexdigest()[:16]
+    assert config_hash(schedule, payload) == config_hash(schedule, payload, 0) == before
+    hashes = {config_hash(schedule, payload, priority) for priority in range(10)}
+    assert len(hashes) == 10
 
 
 def test_run_keys_name_the_entry_the_configuration_and_the_utc_instant():

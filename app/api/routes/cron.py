@@ -39,6 +39,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
         "timezone": schedule.timezone,
         "payload": None,  # the stored bytes take its place
         "lookahead": None if entry.lookahead_ms is None else entry.lookahead_ms / 1000,
+        "priority": entry.priority,
         "config_hash": entry.config_hash,
         "created_at": entry.created_at,
         "updated_at": entry.updated_at,
@@ -66,7 +67,10 @@ async def install(
     queue: QueueName, name: CronName, body: CronInstallRequest, cron: Cron
 ) -> Response:
     spec = CronSpec(
-        schedule=body.schedule(), payload=body.payload, lookahead_seconds=body.lookahead
+        schedule=body.schedule(),
+        payload=body.payload,
+        lookahead_seconds=body.lookahead,
+        priority=body.priority,
     )
     outcome, view = await cron.install(queue, name, spec)
     return json_response(

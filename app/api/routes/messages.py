@@ -54,7 +54,13 @@ async def put_message(
 ) -> OfferResponse:
     result = await service.offer(
         queue,
-        OfferRequest(key=key, payload=body.payload, when=body.when(), if_exists=body.if_exists),
+        OfferRequest(
+            key=key,
+            payload=body.payload,
+            when=body.when(),
+            if_exists=body.if_exists,
+            priority=body.priority,
+        ),
         allowed,
     )
     if result.outcome is not Outcome.CREATED:
@@ -71,7 +77,9 @@ async def update_message(
     queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service, allowed: AllowedQueues
 ) -> OfferResponse:
     result = await service.update(
-        queue, OfferRequest(key=key, payload=body.payload, when=body.when()), allowed
+        queue,
+        OfferRequest(key=key, payload=body.payload, when=body.when(), priority=body.priority),
+        allowed,
     )
     return _offer_response(result)
 
@@ -85,7 +93,7 @@ async def update_message(
 async def create_message(
     queue: QueueName, body: UpdateMessage, response: Response, service: Service
 ) -> OfferResponse:
-    result = await service.offer_new(queue, body.payload, body.when())
+    result = await service.offer_new(queue, body.payload, body.when(), body.priority)
     response.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
     return _offer_response(result)
 
@@ -151,6 +159,7 @@ async def offer_batch(
             payload=item.payload,
             when=item.when(),
             if_exists=item.if_exists or body.if_exists,
+            priority=item.priority,
         )
         for item in body.messages
     ]

@@ -111,6 +111,8 @@ class Dialect:
     # Batch offer: key, payload "digest" (see payload_digest) and first time asked
     # for, of the keys that exist.
     stored_offers: Select = sql.stored_offers
+    # A poll's candidates, locked (lease_sql.claim_candidates; MariaDB names its index).
+    claim_candidates: Select = lease_sql.claim_candidates
     # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
     claimed_payloads: Select = lease_sql.claimed_payloads
     # The payloads of rows by id ("ids"): a list's payloads too large to read with its rows.
@@ -178,7 +180,7 @@ class Dialect:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
         their answer fits in `max_bytes` (lease_sql.answer_length); each with its payload, or
         None where it was too large to read here (see claimed_payloads)."""
-        return lease_sql.claim_select_then_update(connection, parameters)
+        return lease_sql.claim_select_then_update(connection, self.claim_candidates, parameters)
 
     def recorded_delete(self, removal: sql.Removal) -> Insert | None:
         """One statement that records `removal`'s rows in the history and deletes them, or

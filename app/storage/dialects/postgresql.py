@@ -13,10 +13,12 @@ from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import (
     BigInteger,
     LargeBinary,
+    SmallInteger,
     String,
     Table,
     bindparam,
     case,
+    column,
     delete,
     event,
     func,
@@ -26,6 +28,7 @@ from sqlalchemy import (
     text,
     true,
     update,
+    values,
 )
 from sqlalchemy import insert as insert_into
 from sqlalchemy.dialects.postgresql import ARRAY, insert
@@ -35,7 +38,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES
 from app.storage import lease_sql, sql
 from app.storage.dialects.base import (
     ANSWER_GRACE_SECONDS,
@@ -61,16 +64,47 @@ from app.storage.tables import delayed_queue as queue_table
 # locked only while the statement runs: never leased, nor counted. A payload comes
 # back inline while the payloads up to it fit in lease_sql.PAYLOAD_READ_BYTES (every poll
 # of small messages); the store reads the rest after it (lease_sql.read_payloads).
-def _claim(limited: bool, many: bool) -> Update:
-    locked = lease_sql.claim_candidates.with_only_columns(
+#
+# The rows come in lease_sql.CLAIM_ORDER (highest priority, earliest due, lowest id),
+# one range of the poll's index per priority: the VALUES list holds the priorities,
+# highest first, and a LATERAL subquery locks each one's due rows in due order. A
+# LATERAL subquery can only be the inner side of a nested loop over the list, and
+# neither that loop nor the scan of the list reorders rows, so the outer LIMIT takes
+# the first rows in the claim's order, and each range is read (and its rows locked)
+# only when the rows before it fall short: a poll of one over a due priority-9
+# message reads one range and locks one row. (A plain ORDER BY priority DESC over
+# the index would walk the future messages of every higher priority before the due
+# ones of a lower one; PostgreSQL 15 reads `priority = ANY(…)` as no ordered range.)
+# tests/storage/test_poll_plans.py holds PostgreSQL to this plan.
+_PRIORITIES = values(column("priority", SmallInteger), name="priorities", literal_binds=True).data(
+    [(priority,) for priority in PRIORITIES]
+)
+_PRIORITY_CANDIDATES = (
+    select(
         sql.columns.id,
+        sql.columns.priority,
         sql.columns.scheduledAt.label("previous_scheduled_at"),
         sql.columns.lockUuid.label("previous_lock_id"),
         sql.columns.deliveries.label("previous_deliveries"),
         sql.columns.firstDeliveredAt.label("previous_first_delivered_at"),
         sql.columns.lastDeliveredAt.label("previous_last_delivered_at"),
         func.length(sql.columns.payload).label("payload_bytes"),
-    ).subquery("locked")
+    )
+    .where(sql.in_queue, sql.columns.priority == _PRIORITIES.c.priority, sql.is_due)
+    .order_by(sql.columns.scheduledAt, sql.columns.id)
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)
+    .lateral("candidates")
+)
+
+
+def _claim(limited: bool, many: bool) -> Update:
+    locked = (
+        select(*_PRIORITY_CANDIDATES.c)
+        .select_from(_PRIORITIES.join(_PRIORITY_CANDIDATES, true()))
+        .limit(bindparam("limit"))
+        .subquery("locked")
+    )
     picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
     # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
     if many:
@@ -80,7 +114,8 @@ def _claim(limited: bool, many: bool) -> Update:
             size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
         # In the order the rows were locked, each row's sums up to and including itself
         # (ROWS: rows due in the same millisecond are not added up together).
-        order, rows = locked.c.previous_scheduled_at, (None, 0)
+        order = (locked.c.priority.desc(), locked.c.previous_scheduled_at, locked.c.id)
+        rows = (None, 0)
         picked = select(
             *locked.c,
             size.label("size"),
@@ -114,6 +149,7 @@ def _claim(limited: bool, many: bool) -> Update:
         picked.c.previous_first_delivered_at,
         picked.c.previous_last_delivered_at,
         sql.columns.deadLetteredFrom,
+        sql.columns.priority,
     )
 
 
@@ -130,14 +166,23 @@ _batch = (
         bindparam("keys", type_=ARRAY(String)),
         bindparam("payloads", type_=ARRAY(LargeBinary)),
         bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
+        bindparam("priorities", type_=ARRAY(SmallInteger)),
     )
-    .table_valued("key", "payload", "scheduled_at")
+    .table_valued("key", "payload", "scheduled_at", "priority")
     .render_derived(name="batch")
 )
 _insert_rows = (
     insert(queue_table)
     .from_select(
-        ["pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt"],
+        [
+            "pKey",
+            "pKind",
+            "payload",
+            "scheduledAt",
+            "scheduledAtInitially",
+            "createdAt",
+            "priority",
+        ],
         select(
             _batch.c.key,
             bindparam("queue", type_=String),
@@ -145,6 +190,7 @@ _insert_rows = (
             _batch.c.scheduled_at,
             _batch.c.scheduled_at,
             bindparam("now", type_=BigInteger),
+            _batch.c.priority,
         ),
     )
     .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
@@ -322,6 +368,7 @@ class PostgreSQLDialect(Dialect):
     stored_offers = _keys_in_queue(
         digest=func.sha256(sql.columns.payload),
         scheduledAtInitially=sql.columns.scheduledAtInitially,
+        priority=sql.columns.priority,
     )
     # The ids as one array: the direct path has no expanding IN.
     claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
@@ -409,6 +456,7 @@ class PostgreSQLDialect(Dialect):
             "keys": [row["pKey"] for row in rows],
             "payloads": [row["payload"] for row in rows],
             "scheduled_ats": [row["scheduledAt"] for row in rows],
+            "priorities": [row["priority"] for row in rows],
             "queue": rows[0]["pKind"],
             "now": rows[0]["createdAt"],
         }
@@ -430,6 +478,7 @@ class PostgreSQLDialect(Dialect):
                 previous_first_delivered_at=row.previous_first_delivered_at,
                 previous_last_delivered_at=row.previous_last_delivered_at,
                 dead_lettered_from=row.deadLetteredFrom,
+                priority=row.priority,
             )
             for row in connection.execute(statement, parameters)
         ]

@@ -106,14 +106,17 @@ def offer(
     scheduled_at: datetime | None = None,
     delay: Seconds | None = None,
     if_exists: IfExists = "update",
+    priority: int | None = None,
 ) -> Call[OfferResult]:
-    """Offer a message under `key`, due at `scheduled_at` or after `delay` (neither: now).
+    """Offer a message under `key`, due at `scheduled_at` or after `delay` (neither: now),
+    at `priority` (0-9, higher first among due messages; None: the service's default, 0).
 
     An existing key is updated (`if_exists="update"`) or left as it is (`"ignore"`).
     Retried when it may be repeated: only with `scheduled_at` (a `delay` counts from
     each request, so a repeat would move the message).
     """
     body = {"payload": payload, **schedule(scheduled_at, delay), "if_exists": if_exists}
+    body.update(_present(priority=priority))
     return Call(
         "PUT",
         _queue_path(queue, "messages", _segment(key)),
@@ -130,13 +133,15 @@ def update(
     *,
     scheduled_at: datetime | None = None,
     delay: Seconds | None = None,
+    priority: int | None = None,
 ) -> Call[OfferResult]:
-    """Update an existing message (its payload and time); `NotFound` when the key does not exist."""
+    """Update an existing message (its payload, time and priority); `NotFound` when the key
+    does not exist."""
     return Call(
         "POST",
         _queue_path(queue, "messages", _segment(key)),
         _json(OfferResult.from_json),
-        json={"payload": payload, **schedule(scheduled_at, delay)},
+        json={"payload": payload, **schedule(scheduled_at, delay), **_present(priority=priority)},
         repeatable=scheduled_at is not None,
     )
 
@@ -147,6 +152,7 @@ def create(
     *,
     scheduled_at: datetime | None = None,
     delay: Seconds | None = None,
+    priority: int | None = None,
 ) -> Call[OfferResult]:
     """Create a message under a key the service makes up (never retried: a repeat would
     create a second message)."""
@@ -154,7 +160,7 @@ def create(
         "POST",
         _queue_path(queue, "messages"),
         _json(OfferResult.from_json),
-        json={"payload": payload, **schedule(scheduled_at, delay)},
+        json={"payload": payload, **schedule(scheduled_at, delay), **_present(priority=priority)},
     )
 
 
@@ -416,9 +422,11 @@ def install_cron(
     daily: Sequence[str] | None = None,
     timezone: str | None = None,
     lookahead: Seconds | None = None,
+    priority: int | None = None,
 ) -> Call[CronInstallResult]:
     """Install (or change) a recurring schedule: exactly one of `cron` (a 5-field expression),
-    `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC)."""
+    `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC);
+    every run at `priority` (0-9; None: 0)."""
     body = _present(
         payload=payload,
         cron=cron,
@@ -426,6 +434,7 @@ def install_cron(
         daily=None if daily is None else list(daily),
         timezone=timezone,
         lookahead=None if lookahead is None else seconds(lookahead),
+        priority=priority,
     )
     body["payload"] = payload  # a payload of null is a payload
     return Call(

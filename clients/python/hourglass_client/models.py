@@ -65,19 +65,23 @@ class OfferResult:
 @dataclass(frozen=True)
 class Offer:
     """One offer of `Client.offer_many`: a key, its payload, and when it is due (`scheduled_at`
-    or `delay`; neither means now). `if_exists` overrides the call's."""
+    or `delay`; neither means now), at `priority` (0-9; None: 0). `if_exists` overrides
+    the call's."""
 
     key: str
     payload: Any
     scheduled_at: datetime | None = None
     delay: Seconds | None = None
     if_exists: IfExists | None = None
+    priority: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         item: dict[str, Any] = {"key": self.key, "payload": self.payload}
         item.update(schedule(self.scheduled_at, self.delay))
         if self.if_exists is not None:
             item["if_exists"] = self.if_exists
+        if self.priority is not None:
+            item["priority"] = self.priority
         return item
 
 
@@ -142,6 +146,8 @@ class Message:
     state: State
     deliveries: int
     dead_lettered_from: str | None
+    # 0-9: among due messages, higher ones are delivered first.
+    priority: int
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -159,6 +165,7 @@ def _message_fields(data: dict[str, Any]) -> dict[str, Any]:
         "state": data["state"],
         "deliveries": data.get("deliveries", 0),
         "dead_lettered_from": data.get("dead_lettered_from"),
+        "priority": data.get("priority", 0),
     }
 
 
@@ -219,6 +226,7 @@ class Lease:
                     "state": item["state"],
                     "deliveries": item.get("deliveries", 0),
                     "dead_lettered_from": item.get("dead_lettered_from"),
+                    "priority": item.get("priority", 0),
                     "delivery": item["delivery"],
                     "lease_expires_at": time(item["lease_expires_at"]),
                     "lock_id": lock_id,
@@ -386,6 +394,7 @@ class CronEntry:
     created_at: datetime
     updated_at: datetime
     next_runs: list[datetime]
+    priority: int  # every run's
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CronEntry:
@@ -406,6 +415,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "created_at": parse_time(data["created_at"]),
         "updated_at": parse_time(data["updated_at"]),
         "next_runs": [parse_time(run) for run in data["next_runs"]],
+        "priority": data.get("priority", 0),
     }
 
 

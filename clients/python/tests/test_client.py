@@ -103,6 +103,33 @@ def test_offer_many_sends_batches_of_a_thousand(api, queue):
     assert api.stats(queue).messages == 2500
 
 
+def test_priorities_on_every_offer_and_every_message(api, queue):
+    assert api.offer(queue, "low", 1).outcome == "created"
+    assert api.offer(queue, "high", 2, priority=9).outcome == "created"
+    generated = api.create(queue, 3, priority=5).key
+    api.offer_many(queue, [Offer("batched", 4, priority=7), Offer("plain", 5)])
+    assert api.update(queue, "plain", 5, priority=6).outcome == "updated"
+    assert api.get(queue, "high").priority == 9 and api.get(queue, "low").priority == 0
+    listed = {message.key: message.priority for message in api.iter_messages(queue)}
+    assert listed == {"low": 0, "high": 9, generated: 5, "batched": 7, "plain": 6}
+    lease = api.poll(queue, max=10)
+    assert [(message.key, message.priority) for message in lease.messages] == [
+        ("high", 9),
+        ("batched", 7),
+        ("plain", 6),
+        (generated, 5),
+        ("low", 0),
+    ]
+    assert dataclasses.replace(lease.messages[0]) == lease.messages[0]
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, priority=3).outcome == "created"
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, priority=3).outcome == "ignored"
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, priority=2).outcome == "updated"
+    entry = api.install_cron(queue, "tick", 1, every=600, priority=4)
+    assert entry.priority == 4 and api.get_cron(queue, "tick").priority == 4
+    with pytest.raises(Invalid):
+        api.offer(queue, "k", 1, priority=10)
+
+
 def test_poll_extend_ack_and_release(api, queue):
     for key in "abc":
         api.offer(queue, key, key)

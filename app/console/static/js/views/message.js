@@ -60,6 +60,7 @@ export async function messagePage(context) {
       { className: "facts" },
       fact("Queue", link(queueHref(message.queue), message.queue), "queue"),
       fact("State", stateBadge(message.state), "state"),
+      fact("Priority", number(message.priority), "priority"),
       fact("Deliveries", number(message.deliveries), "deliveries"),
       fact(message.state === "leased" ? "Lease ends" : "Due", fullTime(message.scheduled_at), "scheduled-at"),
       fact("Asked for", fullTime(message.scheduled_at_initially), "scheduled-at-initially"),
