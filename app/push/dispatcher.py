@@ -409,7 +409,7 @@ class PushDispatcher:
         pushing = await self.service.pushing_queues()
         wanted = {settings.queue: settings for settings in pushing}
         for queue in set(self.pushers) | set(wanted):
-            if self._changed_at.get(queue, -1) >= began_at:
+            if self._changed_at.get(queue, -1) > began_at:
                 continue  # changed here since the read began: that change stands
             self._apply(queue, wanted.get(queue))
 

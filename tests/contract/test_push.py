@@ -266,6 +266,7 @@ def test_a_due_message_is_posted_as_a_poll_shows_it_signed_and_acknowledged(
         "state": "leased",
         "deliveries": 1,
         "dead_lettered_from": None,
+        "priority": 0,
         "delivery": "first",
         "lease_expires_at": at(lease_ends),
     }
@@ -536,6 +537,23 @@ def test_a_setting_changed_through_another_replica_applies_at_its_next_refresh(
         there.configure(max_deliveries=3)
         here.refresh()
         assert here.dispatcher.pushers == {}
+
+
+def test_a_replica_that_changed_a_queue_itself_still_follows_later_changes_elsewhere(
+    clean_database, clock, endpoint
+):
+    with (
+        service_for(clean_database, clock, endpoint.prefix) as here,
+        service_for(clean_database, clock, endpoint.prefix) as there,
+    ):
+        here.push_to(endpoint.url())  # changed through this replica first
+        assert list(here.dispatcher.pushers) == ["q"]
+        there.configure(max_deliveries=3)  # push removed through the other
+        here.refresh()
+        assert here.dispatcher.pushers == {}
+        there.push_to(endpoint.url("/again"))
+        here.refresh()
+        assert here.dispatcher.pushers["q"].target.url == endpoint.url("/again")
 
 
 @pytest.mark.parametrize("narrower", ["http://127.0.0.1:1/", ""])
