@@ -83,6 +83,19 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """A delivered row as it was before a poll claimed it: what undoing the claim puts back
+    (its due time, its holder, its delivery counts)."""
+
+    id: int
+    scheduled_at: int
+    lock_id: str | None
+    deliveries: int
+    first_delivered_at: int | None
+    last_delivered_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """What one look of a poll did: messages delivered, and keys moved to the dead-letter queue."""
 
@@ -90,6 +103,8 @@ class Claim:
     dead_lettered: int = 0
     # Rows past their delivery limit that this look found (moved, or held for later).
     exhausted: int = 0
+    # The delivered rows as they were, to give them back when nobody receives them.
+    before: tuple[Claimed, ...] = ()
 
 
 # What one message adds to a poll's answer besides its payload, at most: its other

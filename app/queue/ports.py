@@ -9,6 +9,7 @@ from typing import Protocol
 
 from app.domain.messages import (
     Claim,
+    Claimed,
     Finish,
     Lease,
     Message,
@@ -83,6 +84,8 @@ class Leases(Protocol):
     ) -> list[str]: ...
 
     def extend(self, queue: str, lock_id: str, until: int) -> int: ...
+
+    def give_back(self, queue: str, lock_id: str, claimed: Sequence[Claimed]) -> int: ...
 
     def release(self, queue: str, lock_id: str, at: int) -> int: ...
 

@@ -29,6 +29,7 @@ from app.domain.errors import (
 from app.domain.messages import (
     DEFAULT_PRIORITY,
     Claim,
+    Claimed,
     KeyedOutcome,
     Lease,
     Message,
@@ -247,13 +248,17 @@ class QueueService:
                 if not first_look and abandoned is not None and await abandoned():
                     return None
                 first_look = False
-                lease = await self._claim(queue, settings, limit, lease_ms)
+                lease, before = await self._claim_undoable(queue, settings, limit, lease_ms)
                 if lease is not None and abandoned is not None and await abandoned():
                     # The caller hung up while this look claimed (a worker stopping cuts
-                    # its waiting poll short): give the messages back now rather than
-                    # leave them leased to nobody until the lease ends. Their delivery
-                    # stays counted, as when a lease runs out.
-                    await self.release(queue, lease.lock_id, 0)
+                    # its waiting poll short): give the messages back as they were, now,
+                    # rather than leave them leased to nobody until the lease ends with
+                    # a delivery counted that nobody received.
+                    lock_id = lease.lock_id
+                    await self._run(
+                        queue, partial(self.storage.leases.give_back, queue, lock_id, before)
+                    )
+                    self.notifier.notify(queue)
                     return None
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
@@ -268,6 +273,12 @@ class QueueService:
     async def _claim(
         self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
     ) -> Lease | None:
+        return (await self._claim_undoable(queue, settings, limit, lease_ms))[0]
+
+    async def _claim_undoable(
+        self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
+    ) -> tuple[Lease | None, tuple[Claimed, ...]]:
+        """`_claim`, with the delivered rows as they were before (to give them back)."""
         for _ in range(_DEAD_LETTER_LOOKS):
             now = self.clock.now_ms()
             lock_id = str(uuid.uuid4())
@@ -289,11 +300,11 @@ class QueueService:
                 self.events.dead_lettered(queue, claim.dead_lettered)
                 self.notifier.notify(settings.effective_dead_letter_queue)
             if claim.deliveries:
-                return Lease(lock_id, expires_at, tuple(claim.deliveries))
+                return Lease(lock_id, expires_at, tuple(claim.deliveries)), claim.before
             if not claim.exhausted:
-                return None
+                return None, ()
             # Everything due it found was past its limit: more may be due behind.
-        return None
+        return None, ()
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import (
     Claim,
+    Claimed,
     Delivery,
     Finish,
     Message,
@@ -104,7 +105,10 @@ class SqlLeases:
             except StorageUnavailable as error:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
-        return Claim(deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries))
+        before = tuple(_before(row) for row in claimed if row.delivered(max_deliveries))
+        return Claim(
+            deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries), before=before
+        )
 
     def _with_payloads(
         self, claimed: list[lease_sql.ClaimedRow], lock_id: str, max_deliveries: int | None
@@ -146,27 +150,9 @@ class SqlLeases:
         rows stay leased under a lock no client knows until the lease runs out, with
         one delivery more counted (docs/decisions/0003-the-poll-statement.md).
         """
-        delivered = [row for row in claimed if row.delivered(max_deliveries)]
-
-        def give_back(connection: Connection) -> int:
-            return sum(
-                connection.execute(
-                    lease_sql.claim_give_back,
-                    {
-                        "claimed_id": row.id,
-                        "lock_id": lock_id,
-                        "previous_scheduled_at": row.previous_scheduled_at,
-                        "previous_lock_id": row.previous_lock_id,
-                        "previous_deliveries": row.previous_deliveries,
-                        "previous_first_delivered_at": row.previous_first_delivered_at,
-                        "previous_last_delivered_at": row.previous_last_delivered_at,
-                    },
-                ).rowcount
-                for row in delivered
-            )
-
+        delivered = [_before(row) for row in claimed if row.delivered(max_deliveries)]
         try:
-            self.runner.transaction(give_back)
+            self.give_back(queue, lock_id, delivered)
         except StorageUnavailable as error:
             log.warning(
                 "a poll of %r could not give back the %d messages it leased and cannot "
@@ -175,6 +161,30 @@ class SqlLeases:
                 len(delivered),
                 error,
             )
+
+    def give_back(self, queue: str, lock_id: str, claimed: Sequence[Claimed]) -> int:
+        """Undo a claim for rows nobody received: each row of `claimed` the lock still holds
+        goes back as it was before (due when it was, held as it was, its delivery counts
+        as they were); how many did."""
+
+        def give_back(connection: Connection) -> int:
+            return sum(
+                connection.execute(
+                    lease_sql.claim_give_back,
+                    {
+                        "claimed_id": row.id,
+                        "lock_id": lock_id,
+                        "previous_scheduled_at": row.scheduled_at,
+                        "previous_lock_id": row.lock_id,
+                        "previous_deliveries": row.deliveries,
+                        "previous_first_delivered_at": row.first_delivered_at,
+                        "previous_last_delivered_at": row.last_delivered_at,
+                    },
+                ).rowcount
+                for row in claimed
+            )
+
+        return self.runner.transaction(give_back)
 
     def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
@@ -343,6 +353,17 @@ class SqlLeases:
             return [row.pKey for row in rows]
 
         return self.runner.transaction(release)
+
+
+def _before(row: lease_sql.ClaimedRow) -> Claimed:
+    return Claimed(
+        row.id,
+        row.previous_scheduled_at,
+        row.previous_lock_id,
+        row.previous_deliveries,
+        row.previous_first_delivered_at,
+        row.previous_last_delivered_at,
+    )
 
 
 def _delivery(queue: str, row: lease_sql.ClaimedRow, lease_until: int) -> Delivery:

@@ -143,8 +143,9 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
     clean_database, clock, offered
 ):
     """A worker stopping cuts its waiting poll short; if the poll claimed meanwhile (at its
-    first look, or after a wake-up), what it claimed is due again at once, not leased to
-    nobody until the lease ends (the fake clock never reaches that end here)."""
+    first look, or after a wake-up), what it claimed is given back as it was, due again at
+    once, not leased to nobody until the lease ends (the fake clock never reaches that end
+    here) with a delivery counted that nobody received."""
     settings = clean_database.settings(poll_recheck_seconds=WAIT)
     app = create_app(settings, clock=clock)
     with serving(app) as (port, _server):
@@ -152,7 +153,7 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
         waiting = WaitingPolls(service)
         claimed, hung_up_closed, finished = threading.Event(), threading.Event(), threading.Event()
         callers: list = []
-        original_poll, original_claim = service.poll, service._claim
+        original_poll, original_claim = service.poll, service._claim_undoable
 
         async def tracked_poll(*args, **kwargs):
             callers.append(kwargs["abandoned"])
@@ -162,7 +163,7 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
                 finished.set()
 
         async def claim_then_lose_the_caller(*args, **kwargs):
-            lease = await original_claim(*args, **kwargs)
+            lease, before = await original_claim(*args, **kwargs)
             if lease is not None:
                 claimed.set()
                 await asyncio.to_thread(hung_up_closed.wait, RETURNED_EARLY)
@@ -170,9 +171,9 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
                 deadline = asyncio.get_running_loop().time() + RETURNED_EARLY
                 while not await callers[0]() and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.01)
-            return lease
+            return lease, before
 
-        service.poll, service._claim = tracked_poll, claim_then_lose_the_caller
+        service.poll, service._claim_undoable = tracked_poll, claim_then_lose_the_caller
         body = b'{"wait": 20, "lease": 600}'
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=RETURNED_EARLY) as client:
             if offered == "before the poll":
@@ -190,9 +191,12 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
             hung_up.close()
             hung_up_closed.set()
             assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
-            service._claim = original_claim
+            service._claim_undoable = original_claim
+            # As it was: due, never delivered (a delivery limit of one still delivers it).
             again = poll(client, "q")["messages"]  # the clock has not moved
-            assert [(m["key"], m["deliveries"]) for m in again] == [("k", 2)]
+            assert [(m["key"], m["deliveries"], m["delivery"]) for m in again] == [
+                ("k", 1, "first")
+            ]
 
 
 def test_a_stopping_server_answers_waiting_polls_at_once(clean_database, clock):
