@@ -647,6 +647,17 @@ def _check(
     return batch, seconds(lease), seconds(wait)
 
 
+def _engine_settings(worker: AsyncWorker | Worker) -> dict[str, Any]:
+    """The engine's settings, as either worker holds them."""
+    return {
+        "concurrency": worker.concurrency,
+        "batch": worker.batch,
+        "lease": worker.lease,
+        "wait": worker.wait,
+        "log": worker.logger,
+    }
+
+
 class _Signals:
     """SIGTERM and SIGINT stop the engine while it runs (main thread only)."""
 
@@ -707,14 +718,7 @@ class AsyncWorker:
         """Work until stopped; raises the poll's error when the service refuses it for good
         (a bad token or queue name), after draining."""
         self._engine = engine = _TaskEngine(
-            self.client,
-            self.queue,
-            self.handler,
-            concurrency=self.concurrency,
-            batch=self.batch,
-            lease=self.lease,
-            wait=self.wait,
-            log=self.logger,
+            self.client, self.queue, self.handler, **_engine_settings(self)
         )
         with _Signals(engine, handle_signals):
             await engine.run()
@@ -775,14 +779,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         async with AsyncClient.from_options(self.options) as client:
             self._engine = engine = _ThreadEngine(
-                client,
-                self.queue,
-                self.handler,
-                concurrency=self.concurrency,
-                batch=self.batch,
-                lease=self.lease,
-                wait=self.wait,
-                log=self.logger,
+                client, self.queue, self.handler, **_engine_settings(self)
             )
             try:
                 if self._stop_asked.is_set():
