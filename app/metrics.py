@@ -178,6 +178,15 @@ class Metrics:
             ["queue"],
             registry=self.registry,
         )
+        # Without it a replica whose database does not answer, or answers at another
+        # schema, still answers /metrics (`up` stays 1) with its gauges frozen at their
+        # last values: nothing a scraper reads would say /readyz answers 503.
+        self.ready = Gauge(
+            "hourglass_ready",
+            "1 when the database answers at this release's schema, as /readyz checks it; "
+            "0 when not (read at scrape time)",
+            registry=self.registry,
+        )
         self.http_duration = Histogram(
             "hourglass_http_request_duration_seconds",
             "Requests by route template",
@@ -267,14 +276,17 @@ class Metrics:
         read_stats: Callable[[], Awaitable[list[QueueStats]]],
         read_configured: Callable[[], Awaitable[list[str]]],
         read_cron_entries: Callable[[], Awaitable[list[tuple[str, str]]]],
+        read_ready: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """Read which queues hold what, unless that was read moments ago: set the queue
         gauges, and remove the series of queues that hold nothing and of cron entry
         names no longer stored (`read_cron_entries`: (queue, name) of every stored
-        entry), once idle.
+        entry), once idle. With `read_ready` (whether the database answers at this
+        release's schema), set the readiness gauge first.
 
-        A scrape storm costs the database three reads per QUEUE_GAUGES_SECONDS; while
-        the database is down the gauges keep their last values.
+        A scrape storm costs the database four reads per QUEUE_GAUGES_SECONDS; while
+        the database is down the queue gauges keep their last values and the
+        readiness gauge reads 0.
         """
         now = self.clock.now_ms()
         if self._queues_read_at is not None and 0 <= now - self._queues_read_at < (
@@ -283,6 +295,9 @@ class Metrics:
             return
         self._queues_read_at = now
         try:
+            if read_ready is not None:
+                self.ready.set(0)  # until the database has answered
+                self.ready.set(1 if await read_ready() else 0)
             queues = await read_stats()
             configured = await read_configured()
             cron_entries = await read_cron_entries()
