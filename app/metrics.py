@@ -67,6 +67,19 @@ MAX_QUEUES_NOT_HOLDING = 10_000
 # stored (installed since, or uninstalled and not yet idle): one series each, so
 # installing and uninstalling made-up names in one queue costs at most this many.
 MAX_CRON_ENTRIES_NOT_STORED = 10_000
+# The kinds of hourglass_errors_total, each series made at 0 on start: increase()
+# reads nothing in a series whose first sample is already 1, so without them the
+# first failure of a kind would never reach an alert (deploy/prometheus/alerts.yml).
+ERROR_KINDS = (
+    "database_unavailable",
+    "cron_pass",
+    "cron_entry",
+    "history_prune",
+    "metrics_queue_gauges",
+    "push_refresh",
+    "push_claim",
+    "push_settle",
+)
 # The collectors with a queue label (the first of their labels).
 LabelledByQueue = Counter | Histogram
 
@@ -107,6 +120,8 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind=kind)
 
         self._offered = Counter(
             "hourglass_messages_offered",

@@ -11,7 +11,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.domain.messages import Outcome, QueueStats
-from app.metrics import IDLE_QUEUE_SECONDS, Metrics
+from app.metrics import ERROR_KINDS, IDLE_QUEUE_SECONDS, Metrics
 from tests.conftest import FakeClock
 
 
@@ -68,3 +68,11 @@ def test_forgetting_removes_only_the_series_made(strict_removal):
     clock.advance(IDLE_QUEUE_SECONDS)
     _refresh(metrics, [], [], [])
     assert _labels(metrics, "hourglass_cron_runs_installed_total") == []
+
+
+def test_every_error_kind_starts_at_zero():
+    # increase() reads nothing in a series that first shows up at 1: the alerts on
+    # errors see the first failure only because every kind is there from the start.
+    labels = _labels(Metrics(clock=FakeClock()), "hourglass_errors_total")
+    assert sorted(label["kind"] for label in labels) == sorted(ERROR_KINDS)
+    assert "cron_pass" in ERROR_KINDS and "database_unavailable" in ERROR_KINDS
