@@ -311,8 +311,11 @@ class Metrics:
         self._queues_read_at = now
         try:
             if read_ready is not None:
-                self.ready.set(0)  # until the database has answered
-                self.ready.set(1 if await read_ready() else 0)
+                ready = False
+                try:
+                    ready = await read_ready()
+                finally:  # set once answered: a scrape meanwhile reads the last answer
+                    self.ready.set(1 if ready else 0)
             queues = await read_stats()
             configured = await read_configured()
             cron_entries = await read_cron_entries()
