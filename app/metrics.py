@@ -67,6 +67,19 @@ MAX_QUEUES_NOT_HOLDING = 10_000
 # stored (installed since, or uninstalled and not yet idle): one series each, so
 # installing and uninstalling made-up names in one queue costs at most this many.
 MAX_CRON_ENTRIES_NOT_STORED = 10_000
+# The kinds of hourglass_errors_total, each series made at 0 on start: increase()
+# reads nothing in a series whose first sample is already 1, so without them the
+# first failure of a kind would never reach an alert (deploy/prometheus/alerts.yml).
+ERROR_KINDS = (
+    "database_unavailable",
+    "cron_pass",
+    "cron_entry",
+    "history_prune",
+    "metrics_queue_gauges",
+    "push_refresh",
+    "push_claim",
+    "push_settle",
+)
 # The collectors with a queue label (the first of their labels).
 LabelledByQueue = Counter | Histogram
 
@@ -107,6 +120,8 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind=kind)
 
         self._offered = Counter(
             "hourglass_messages_offered",
@@ -176,6 +191,15 @@ class Metrics:
             "hourglass_queue_oldest_ready_age_seconds",
             "How long the oldest ready message has waited (0 when none is ready)",
             ["queue"],
+            registry=self.registry,
+        )
+        # Without it a replica whose database does not answer, or answers at another
+        # schema, still answers /metrics (`up` stays 1) with its gauges frozen at their
+        # last values: nothing a scraper reads would say /readyz answers 503.
+        self.ready = Gauge(
+            "hourglass_ready",
+            "1 when the database answers at this release's schema, as /readyz checks it; "
+            "0 when not (read at scrape time)",
             registry=self.registry,
         )
         self.http_duration = Histogram(
@@ -267,14 +291,17 @@ class Metrics:
         read_stats: Callable[[], Awaitable[list[QueueStats]]],
         read_configured: Callable[[], Awaitable[list[str]]],
         read_cron_entries: Callable[[], Awaitable[list[tuple[str, str]]]],
+        read_ready: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """Read which queues hold what, unless that was read moments ago: set the queue
         gauges, and remove the series of queues that hold nothing and of cron entry
         names no longer stored (`read_cron_entries`: (queue, name) of every stored
-        entry), once idle.
+        entry), once idle. With `read_ready` (whether the database answers at this
+        release's schema), set the readiness gauge first.
 
-        A scrape storm costs the database three reads per QUEUE_GAUGES_SECONDS; while
-        the database is down the gauges keep their last values.
+        A scrape storm costs the database four reads per QUEUE_GAUGES_SECONDS; while
+        the database is down the queue gauges keep their last values and the
+        readiness gauge reads 0.
         """
         now = self.clock.now_ms()
         if self._queues_read_at is not None and 0 <= now - self._queues_read_at < (
@@ -283,6 +310,12 @@ class Metrics:
             return
         self._queues_read_at = now
         try:
+            if read_ready is not None:
+                ready = False
+                try:
+                    ready = await read_ready()
+                finally:  # set once answered: a scrape meanwhile reads the last answer
+                    self.ready.set(1 if ready else 0)
             queues = await read_stats()
             configured = await read_configured()
             cron_entries = await read_cron_entries()

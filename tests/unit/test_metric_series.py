@@ -10,8 +10,9 @@ import pytest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.domain.errors import StorageUnavailable
 from app.domain.messages import Outcome, QueueStats
-from app.metrics import IDLE_QUEUE_SECONDS, Metrics
+from app.metrics import ERROR_KINDS, IDLE_QUEUE_SECONDS, QUEUE_GAUGES_SECONDS, Metrics
 from tests.conftest import FakeClock
 
 
@@ -68,3 +69,55 @@ def test_forgetting_removes_only_the_series_made(strict_removal):
     clock.advance(IDLE_QUEUE_SECONDS)
     _refresh(metrics, [], [], [])
     assert _labels(metrics, "hourglass_cron_runs_installed_total") == []
+
+
+def test_every_error_kind_starts_at_zero():
+    # increase() reads nothing in a series that first shows up at 1: the alerts on
+    # errors see the first failure only because every kind is there from the start.
+    labels = _labels(Metrics(clock=FakeClock()), "hourglass_errors_total")
+    assert sorted(label["kind"] for label in labels) == sorted(ERROR_KINDS)
+    assert "cron_pass" in ERROR_KINDS and "database_unavailable" in ERROR_KINDS
+
+
+def _ready(metrics: Metrics) -> float:
+    text = metrics.exposition().decode()
+    (value,) = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "hourglass_ready"
+    ]
+    return value
+
+
+def test_the_ready_gauge_changes_only_once_the_database_has_answered():
+    clock = FakeClock()
+    metrics = Metrics(clock=clock)
+
+    async def nothing() -> list:
+        return []
+
+    async def scenario() -> None:
+        async def ready() -> bool:
+            return True
+
+        await metrics.refresh_queues(nothing, nothing, nothing, read_ready=ready)
+        assert _ready(metrics) == 1
+        clock.advance(QUEUE_GAUGES_SECONDS)
+        asking, answer = asyncio.Event(), asyncio.Event()
+
+        async def gone() -> bool:
+            asking.set()
+            await answer.wait()
+            raise StorageUnavailable("the database does not answer")
+
+        refresh = asyncio.create_task(
+            metrics.refresh_queues(nothing, nothing, nothing, read_ready=gone)
+        )
+        await asyncio.wait_for(asking.wait(), 5)
+        assert _ready(metrics) == 1  # a scrape meanwhile reads the last answer
+        answer.set()
+        await asyncio.wait_for(refresh, 5)
+        assert _ready(metrics) == 0
+
+    asyncio.run(scenario())

@@ -44,6 +44,11 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
     responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
 )
 async def metrics(request: Request, service: Service, cron: Cron) -> Response:
+    async def ready() -> bool:
+        return (await service.schema_status()).ready
+
     metrics = request.app.state.metrics
-    await metrics.refresh_queues(service.list_queues, service.configured_queues, cron.entry_names)
+    await metrics.refresh_queues(
+        service.list_queues, service.configured_queues, cron.entry_names, read_ready=ready
+    )
     return Response(metrics.exposition(), media_type=metrics.content_type)
