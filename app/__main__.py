@@ -30,7 +30,7 @@ class ExitCode(enum.IntEnum):
 
 
 _EXIT_MEANINGS = {
-    ExitCode.OK: "done (serve: stopped by a signal)",
+    ExitCode.OK: "done (serve, stopped by SIGTERM or SIGINT, ends as the signal does: 143, 130)",
     ExitCode.FAILED: "anything else: the log or traceback says what",
     ExitCode.BAD_SETTING: "a command-line option or a HOURGLASS_* setting is not accepted",
     ExitCode.DATABASE_UNREACHABLE: "the database does not answer (after --wait-for-database)",
@@ -140,6 +140,7 @@ def _run_server(server: HourglassServer, sockets: list[socket.socket]) -> None:
     from app.server import start_listening
 
     start_listening(sockets, server.config.backlog)
+    server.announce_sockets = True
     try:
         server.run(sockets=sockets)
     except SystemExit as stopped:

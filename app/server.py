@@ -260,6 +260,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 class HourglassServer(uvicorn.Server):
     """uvicorn's Server with the app told of a stop at once, and its connections guarded."""
 
+    # uvicorn says "Uvicorn running on …" only when it opens the sockets itself (its
+    # workers' parent says it for theirs); `hourglass serve` binds its own, and says it.
+    announce_sockets = False
+
     def __init__(
         self,
         config: uvicorn.Config,
@@ -295,6 +299,8 @@ class HourglassServer(uvicorn.Server):
             guard.limits.body_timeout,
         )
         await super().startup(sockets)
+        if sockets is not None and self.announce_sockets:
+            self._log_started_message(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
