@@ -279,6 +279,16 @@ def test_pipeline_jobs_check_their_database_url_before_spark_starts(postgresql_u
         assert SECRET not in result.stderr
 
 
+def test_a_report_over_a_database_not_migrated_is_refused_before_spark_starts(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = _hourglass(
+        "pipeline", "report", "--output", str(tmp_path / "report"), HOURGLASS_DATABASE_URL=url
+    )
+    assert result.returncode == ExitCode.DATABASE_REFUSED, result.stderr
+    assert "the database's schema is at nothing, this release reads " in _told(result, "pipeline")
+    assert not (tmp_path / "report").exists()
+
+
 def test_the_exit_codes_are_in_the_help_and_the_readme():
     result = _hourglass("serve", "--help")
     assert result.returncode == 0
@@ -296,7 +306,7 @@ def test_a_wait_that_runs_out_ends_as_unreachable_having_said_so(postgresql_url)
     result = _hourglass("migrate", "--wait-for-database", "1", HOURGLASS_DATABASE_URL=url)
     assert result.returncode == ExitCode.DATABASE_UNREACHABLE, result.stderr
     assert re.search(
-        r"waiting for the database at \S+:\*\*\*@\S+: \S.* \(0 s of 1\)", result.stderr
+        r"waiting for the database at \S+:\*\*\*@\S+: \S.* \(\d+ s of 1\)", result.stderr
     ), result.stderr
     assert _told(result, "migrate").endswith("(waited 1 s)")
     assert SECRET not in result.stderr
