@@ -301,9 +301,19 @@ def test_the_exit_codes_are_in_the_help_and_the_readme():
         assert f"| `{code.value}` |" in readme, line
 
 
-def test_a_wait_that_runs_out_ends_as_unreachable_having_said_so(postgresql_url):
+@pytest.mark.parametrize(
+    ("arguments", "environment"),
+    [
+        (["--wait-for-database", "1"], {"HOURGLASS_WAIT_FOR_DATABASE": "0"}),
+        ([], {"HOURGLASS_WAIT_FOR_DATABASE": "1"}),
+    ],
+    ids=["option", "variable"],
+)
+def test_a_wait_that_runs_out_ends_as_unreachable_having_said_so(
+    postgresql_url, arguments, environment
+):
     url = _unanswered_url(postgresql_url)
-    result = _hourglass("migrate", "--wait-for-database", "1", HOURGLASS_DATABASE_URL=url)
+    result = _hourglass("migrate", *arguments, HOURGLASS_DATABASE_URL=url, **environment)
     assert result.returncode == ExitCode.DATABASE_UNREACHABLE, result.stderr
     assert re.search(
         r"waiting for the database at \S+:\*\*\*@\S+: \S.* \(\d+ s of 1\)", result.stderr
