@@ -13,13 +13,20 @@ import yaml
 
 from app.config import SettingError, Settings, database_url_setting, load_settings
 from app.server import CannotListen, HourglassServer
-from app.storage.startup import DatabaseRefused, DatabaseUnreachable
+from app.storage.startup import (
+    DatabaseRefused,
+    DatabaseUnreachable,
+    DatabaseUrl,
+    check_database,
+    wait_for_database,
+)
+from app.storage.startup import migrate as migrate_database
 
 log = logging.getLogger("hourglass")
 
 
 class ExitCode(enum.IntEnum):
-    """How the command ends; README's Configuration lists them too."""
+    """How the command ends: the one list (README's "When start-up fails" shows it too)."""
 
     OK = 0
     FAILED = 1
@@ -30,7 +37,7 @@ class ExitCode(enum.IntEnum):
 
 
 _EXIT_MEANINGS = {
-    ExitCode.OK: "done (serve, stopped by SIGTERM or SIGINT, ends as the signal does: 143, 130)",
+    ExitCode.OK: "done (serve, told to stop by SIGTERM or SIGINT, ends as the signal does)",
     ExitCode.FAILED: "anything else: the log or traceback says what",
     ExitCode.BAD_SETTING: "a command-line option or a HOURGLASS_* setting is not accepted",
     ExitCode.DATABASE_UNREACHABLE: "the database does not answer (after --wait-for-database)",
@@ -86,9 +93,6 @@ def _seconds(text: str) -> float:
 def _database_ready(arguments: argparse.Namespace, settings: Settings, *, migrate: bool) -> None:
     """Wait for the database if asked (--wait-for-database, HOURGLASS_WAIT_FOR_DATABASE),
     then migrate it if `migrate`: DatabaseUnreachable or DatabaseRefused otherwise."""
-    from app.storage.startup import DatabaseUrl, check_database, wait_for_database
-    from app.storage.startup import migrate as migrate_database
-
     database = DatabaseUrl(settings.database_url)
     seconds = arguments.wait_for_database
     if seconds is None:
@@ -181,8 +185,6 @@ def _pipeline_report(arguments: argparse.Namespace, settings: Settings) -> None:
 
 def _pipeline_database_answers(arguments: argparse.Namespace, settings: Settings) -> None:
     """Check the job's database URL and that the database answers, before Spark starts."""
-    from app.storage.startup import DatabaseUrl, check_database
-
     if arguments.database_url:
         arguments.database_url = database_url_setting("--database-url", arguments.database_url)
         check_database(DatabaseUrl(arguments.database_url, "--database-url"))
