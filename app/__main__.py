@@ -3,12 +3,103 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
+import socket
 import sys
+from typing import NoReturn
 
 import yaml
 
-from app.config import Settings
+from app.config import SettingError, Settings, database_url_setting, load_settings
+from app.server import CannotListen, HourglassServer
+from app.storage.startup import (
+    DatabaseRefused,
+    DatabaseUnreachable,
+    DatabaseUrl,
+    check_database,
+    wait_for_database,
+)
+from app.storage.startup import migrate as migrate_database
+
+log = logging.getLogger("hourglass")
+
+
+class ExitCode(enum.IntEnum):
+    """How the command ends: the one list (README's "When start-up fails" shows it too)."""
+
+    OK = 0
+    FAILED = 1
+    BAD_SETTING = 2
+    DATABASE_UNREACHABLE = 3
+    DATABASE_REFUSED = 4
+    CANNOT_LISTEN = 5
+
+
+_EXIT_MEANINGS = {
+    ExitCode.OK: "done (serve, told to stop by SIGTERM or SIGINT, ends as the signal does)",
+    ExitCode.FAILED: "anything else: the log or traceback says what",
+    ExitCode.BAD_SETTING: "a command-line option or a HOURGLASS_* setting is not accepted",
+    ExitCode.DATABASE_UNREACHABLE: "the database does not answer (after --wait-for-database)",
+    ExitCode.DATABASE_REFUSED: (
+        "the database refused: credentials, an unknown database, a file it cannot open, "
+        "a schema this release cannot migrate"
+    ),
+    ExitCode.CANNOT_LISTEN: "cannot listen: the address is in use, not this machine's, or not allowed",
+}
+# Start-up failures told in a line or two, without a traceback, and how each ends the command.
+_FAILURE_EXIT_CODES: dict[type[Exception], ExitCode] = {
+    SettingError: ExitCode.BAD_SETTING,
+    DatabaseUnreachable: ExitCode.DATABASE_UNREACHABLE,
+    DatabaseRefused: ExitCode.DATABASE_REFUSED,
+    CannotListen: ExitCode.CANNOT_LISTEN,
+}
+EXIT_CODES_HELP = "exit codes:\n" + "\n".join(
+    f"  {code.value}  {meaning}" for code, meaning in _EXIT_MEANINGS.items()
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors told in one line (its usage is a screenful for serve)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.BAD_SETTING, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port (0: one the system picks)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: accepted 0 to 65535")
+    return port
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, 0 or more."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not accepted: a number of seconds, 0 or more"
+        )
+    return seconds
+
+
+def _database_ready(arguments: argparse.Namespace, settings: Settings, *, migrate: bool) -> None:
+    """Wait for the database if asked (--wait-for-database, HOURGLASS_WAIT_FOR_DATABASE),
+    then migrate it if `migrate`: DatabaseUnreachable or DatabaseRefused otherwise."""
+    database = DatabaseUrl(settings.database_url)
+    seconds = arguments.wait_for_database
+    if seconds is None:
+        seconds = settings.wait_for_database
+    wait_for_database(database, seconds, say=log.warning, check=check_database)
+    if migrate:
+        migrate_database(database)
 
 
 def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
@@ -16,35 +107,56 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
 
     from app.logs import configure_logging
     from app.main import create_app
-    from app.server import ConnectionLimits, HourglassServer
-    from app.storage.schema import upgrade_to_head
+    from app.server import ConnectionLimits, HourglassServer, bind_sockets, close_sockets
 
     log_format = arguments.log_format or settings.log_format
     configure_logging(arguments.log_level, json_lines=log_format == "json")
-    if settings.auto_migrate:
-        upgrade_to_head(settings.database_url)
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=arguments.host,
-        port=arguments.port,
-        log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
-        log_level=arguments.log_level,
-        timeout_graceful_shutdown=arguments.graceful_shutdown,
-        access_log=arguments.access_log,
-    )
-    HourglassServer(
-        config,
-        stopping=lambda: app.state.stopping(),
-        limits=ConnectionLimits.from_settings(settings),
-        events=app.state.metrics,
-    ).run()
+    # The address first, then the database: a port in use stops it before the database
+    # is touched; the sockets listen only once the server starts (_run_server).
+    sockets = bind_sockets(arguments.host, arguments.port)
+    try:
+        _database_ready(arguments, settings, migrate=settings.auto_migrate)
+        app = create_app(settings)
+        config = uvicorn.Config(
+            app,
+            host=arguments.host,
+            port=arguments.port,
+            log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
+            log_level=arguments.log_level,
+            timeout_graceful_shutdown=arguments.graceful_shutdown,
+            access_log=arguments.access_log,
+        )
+        server = HourglassServer(
+            config,
+            stopping=lambda: app.state.stopping(),
+            limits=ConnectionLimits.from_settings(settings),
+            events=app.state.metrics,
+        )
+        _run_server(server, sockets)
+    finally:
+        close_sockets(sockets)
 
 
-def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:
-    from app.storage.schema import upgrade_to_head
+def _run_server(server: HourglassServer, sockets: list[socket.socket]) -> None:
+    """Listen on the bound sockets, then run the server (its app's start-up first)."""
+    from uvicorn.server import STARTUP_FAILURE
 
-    upgrade_to_head(settings.database_url)
+    from app.server import start_listening
+
+    start_listening(sockets, server.config.backlog)
+    server.announce_sockets = True
+    try:
+        server.run(sockets=sockets)
+    except SystemExit as stopped:
+        # uvicorn's code for an app that failed to start (logged with its traceback):
+        # 3 here means the database does not answer.
+        if stopped.code == STARTUP_FAILURE:
+            raise SystemExit(ExitCode.FAILED) from None
+        raise
+
+
+def _migrate(arguments: argparse.Namespace, settings: Settings) -> None:
+    _database_ready(arguments, settings, migrate=True)
 
 
 def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
@@ -57,6 +169,7 @@ def _openapi(_arguments: argparse.Namespace, settings: Settings) -> None:
 
 def _pipeline_import(arguments: argparse.Namespace, settings: Settings) -> None:
     _needs_pipeline_extra()
+    _pipeline_database_answers(arguments, settings)
     from app.pipeline.importer import main_import
 
     main_import(arguments, settings)
@@ -64,9 +177,19 @@ def _pipeline_import(arguments: argparse.Namespace, settings: Settings) -> None:
 
 def _pipeline_report(arguments: argparse.Namespace, settings: Settings) -> None:
     _needs_pipeline_extra()
+    _pipeline_database_answers(arguments, settings)
     from app.pipeline.report import main_report
 
     main_report(arguments, settings)
+
+
+def _pipeline_database_answers(arguments: argparse.Namespace, settings: Settings) -> None:
+    """Check the job's database URL and that the database answers, before Spark starts."""
+    if arguments.database_url:
+        arguments.database_url = database_url_setting("--database-url", arguments.database_url)
+        check_database(DatabaseUrl(arguments.database_url, "--database-url"))
+    else:
+        check_database(DatabaseUrl(settings.database_url))
 
 
 def _needs_pipeline_extra() -> None:
@@ -136,22 +259,28 @@ def _add_pipeline(commands) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="hourglass", description="Hourglass delayed-message service"
+    parser = _Parser(
+        prog="hourglass",
+        description="Hourglass delayed-message service",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
-        "serve", help="run the HTTP service (migrates first unless HOURGLASS_AUTO_MIGRATE=0)"
+        "serve",
+        help="run the HTTP service (migrates first unless HOURGLASS_AUTO_MIGRATE=0)",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080, help="0 to 65535 (default: 8080)")
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.add_argument(
         "--graceful-shutdown",
-        type=float,
+        type=_seconds,
         default=25,
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight requests may take to finish",
@@ -167,9 +296,16 @@ def main(argv: list[str] | None = None) -> None:
         default=True,
         help="log every request (default: on)",
     )
+    _add_wait_for_database(serve)
     serve.set_defaults(run=_serve)
 
-    migrate = commands.add_parser("migrate", help="upgrade the database schema to this release")
+    migrate = commands.add_parser(
+        "migrate",
+        help="upgrade the database schema to this release",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_wait_for_database(migrate)
     migrate.set_defaults(run=_migrate)
 
     openapi = commands.add_parser("openapi", help="print the OpenAPI document (YAML)")
@@ -182,7 +318,23 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    arguments.run(arguments, Settings())
+    try:
+        arguments.run(arguments, load_settings())
+    except tuple(_FAILURE_EXIT_CODES) as failure:
+        # One or two lines the operator can act on, no traceback; nothing was left running.
+        sys.stderr.write(f"hourglass {arguments.command}: {failure}\n")
+        code = next(code for kind, code in _FAILURE_EXIT_CODES.items() if isinstance(failure, kind))
+        raise SystemExit(code) from None
+
+
+def _add_wait_for_database(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--wait-for-database",
+        type=_seconds,
+        metavar="SECONDS",
+        help="wait up to this long for a database that does not answer yet, saying so every "
+        "few seconds (default: HOURGLASS_WAIT_FOR_DATABASE, 0)",
+    )
 
 
 if __name__ == "__main__":

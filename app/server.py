@@ -260,6 +260,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 class HourglassServer(uvicorn.Server):
     """uvicorn's Server with the app told of a stop at once, and its connections guarded."""
 
+    # uvicorn says "Uvicorn running on …" only when it opens the sockets itself (its
+    # workers' parent says it for theirs); `hourglass serve` binds its own, and says it.
+    announce_sockets = False
+
     def __init__(
         self,
         config: uvicorn.Config,
@@ -295,9 +299,67 @@ class HourglassServer(uvicorn.Server):
             guard.limits.body_timeout,
         )
         await super().startup(sockets)
+        if sockets is not None and self.announce_sockets:
+            self._log_started_message(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         if self._loop is not None and not self._loop.is_closed():
             # From a signal handler (or another thread): run it on the loop, safely.
             self._loop.call_soon_threadsafe(self._stopping)
+
+
+class CannotListen(Exception):
+    """The address to serve on cannot be had: in use, not this machine's, not permitted."""
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address `host` resolves to, not yet listening, or CannotListen.
+
+    Bound before anything else starts, so that a port in use or a host that is not this
+    machine's stops the command before the database is touched; `listen` comes only when
+    the server starts, so that nothing accepts connections while the database is waited
+    for or migrated. Each socket is set up as asyncio's own `create_server` does.
+    """
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        raise CannotListen(f"cannot listen on {where} (--host): {_os_reason(error)}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, protocol, _name, address in dict.fromkeys(addresses):
+            listener = socket.socket(family, kind, protocol)
+            sockets.append(listener)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listener.bind(address)
+    except OSError as error:
+        close_sockets(sockets)
+        raise CannotListen(
+            f"cannot listen on {where} (--host, --port): {_os_reason(error)}"
+        ) from None
+    return sockets
+
+
+def start_listening(sockets: list[socket.socket], backlog: int = 2048) -> None:
+    """Listen on the bound sockets, or CannotListen (another server took the port since)."""
+    for listener in sockets:
+        try:
+            listener.listen(backlog)
+        except OSError as error:
+            host, port = listener.getsockname()[:2]
+            raise CannotListen(f"cannot listen on {host}:{port}: {_os_reason(error)}") from None
+
+
+def close_sockets(sockets: list[socket.socket]) -> None:
+    for listener in sockets:
+        listener.close()
+
+
+def _os_reason(error: OSError | UnicodeError) -> str:
+    """`address already in use`, `Name or service not known`: the system's words."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[0].lower() + error.strerror[1:]
+    return str(error)

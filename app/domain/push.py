@@ -29,6 +29,15 @@ def parse_prefixes(text: str) -> tuple[str, ...]:
     return tuple(prefix for part in text.split(",") if (prefix := part.strip()))
 
 
+def prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` can admit no push url (no http:// or https:// at its start, say), or None."""
+    if not _URL_CHARACTERS.fullmatch(prefix):
+        return "a prefix is printable ASCII, without spaces or backslashes"
+    if not prefix.lower().startswith(("http://", "https://")):
+        return "a prefix starts with http:// or https://"
+    return None
+
+
 def parse_secrets(text: str) -> tuple[str, ...]:
     """HOURGLASS_PUSH_SECRETS: comma-separated, in order, blanks dropped."""
     return tuple(secret for part in text.split(",") if (secret := part.strip()))

@@ -280,6 +280,7 @@ def _check_schema(database_url: str) -> None:
     from app.config import Settings
     from app.storage.engine import create_storage
     from app.storage.schema import head_revision
+    from app.storage.startup import DatabaseRefused
 
     store = create_storage(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
     try:
@@ -287,7 +288,7 @@ def _check_schema(database_url: str) -> None:
     finally:
         store.close()
     if revision != head_revision():
-        raise SystemExit(
+        raise DatabaseRefused(  # exit code 4 (app/__main__.py)
             f"the database's schema is at {revision or 'nothing'}, this release reads "
             f"{head_revision()}: run `hourglass migrate` (or the service) first"
         )

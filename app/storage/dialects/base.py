@@ -50,6 +50,12 @@ class Bounds:
         return self.statement + ANSWER_GRACE_SECONDS
 
 
+def first_line(error: BaseException | None) -> str:
+    """An error's first line of text (a driver's messages may run to several)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def keep_alive(descriptor: int) -> None:
     """Turn on the keepalives above for a connected TCP socket (not for a Unix socket)."""
     options = (
@@ -256,3 +262,9 @@ class Dialect:
     def is_schema_missing(self, error: DBAPIError) -> bool:
         """The message table does not exist: the database was never migrated."""
         return False
+
+    def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
+        """Why opening a connection failed, in the driver's words, and whether nothing
+        answered (nothing listens, an unknown host, a server starting up: worth waiting
+        for) rather than the database saying no (a password, a database name: not)."""
+        return error.connection_invalidated, first_line(error.orig)

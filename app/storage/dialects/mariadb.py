@@ -28,7 +28,7 @@ from sqlalchemy.sql.dml import Insert, ReturningDelete
 
 from app.domain.errors import PayloadTooLarge
 from app.storage import lease_sql, sql
-from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, keep_alive
+from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, first_line, keep_alive
 from app.storage.tables import POLL_INDEX, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
@@ -46,6 +46,10 @@ _UNAVAILABLE = {
     1040, 1044, 1045, 1049, 1053, 1152, 1158, 1159, 1160, 1161, 1203, 1226, 1290, 1317,
     1836, 1927, 1969, 2002, 2003, 2006, 2013, 2026, 2055, 4031,
 }  # fmt: skip
+# Opening a connection failed with no answer from a server that could take it: can't
+# connect (2002, 2003), unknown host (2005), gone or lost (2006, 2013), too many
+# connections (1040), a server shutting down (1053).
+_NO_ANSWER = {1040, 1053, 2002, 2003, 2005, 2006, 2013}
 # Rows per DELETE … RETURNING of a removal (a purge may remove millions).
 _REMOVAL_BATCH = 1000
 # Set on every connection. SHOW WARNINGS lists at most max_error_count rows (64 by
@@ -332,6 +336,11 @@ class MariaDBDialect(Dialect):
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
         return _code(error) == _NO_SUCH_TABLE
+
+    def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
+        arguments: tuple[Any, ...] = getattr(error.orig, "args", ())
+        reason = str(arguments[1]) if len(arguments) > 1 else first_line(error.orig)
+        return error.connection_invalidated or _code(error) in _NO_ANSWER, reason
 
 
 def _code(error: DBAPIError) -> int | None:

@@ -49,6 +49,7 @@ from app.storage.dialects.base import (
     UNACKNOWLEDGED_SECONDS,
     Connections,
     Dialect,
+    first_line,
 )
 from app.storage.dialects.postgresql_direct import DirectConnections, ping_within
 from app.storage.tables import cron_run_keys_index, delivery_history
@@ -538,6 +539,27 @@ class PostgreSQLDialect(Dialect):
 
     def is_schema_missing(self, error: DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+
+    def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
+        # psycopg gives no SQLSTATE for a failed connection, only libpq's text: `connection
+        # failed: connection to server at "h", port 5432 failed: FATAL:  role "x" does not
+        # exist` when the server said no, `… failed: Connection refused` when none answered.
+        text = first_line(error.orig)
+        reason = text.rpartition(" failed: ")[2] or text
+        answered = reason.startswith("FATAL:")
+        reason = reason.removeprefix("FATAL:").strip()
+        return (not answered or reason.startswith(_NOT_YET_ACCEPTING)), reason
+
+
+# What a server says while it cannot take connections for a while (starting, recovering,
+# full): waiting for it helps.
+_NOT_YET_ACCEPTING = (
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+    "the database system is in recovery mode",
+    "the database system is shutting down",
+    "sorry, too many clients already",
+)
 
 
 def _ms(seconds: float) -> int:
