@@ -29,6 +29,8 @@ from app.storage.tables import delayed_queue, delivery_history
 
 # Rows per partition of a JDBC read, roughly.
 ROWS_PER_PARTITION = 250_000
+# What the summary and the lateness chart say over a history with no rows.
+NO_HISTORY = "no messages finished in this window"
 
 
 # Per server backend: the JDBC scheme, the driver class, what the URL ends with.
@@ -138,7 +140,7 @@ def run_report(
         coming.write.mode("overwrite").parquet(str(out / "forecast"))
         summary = _summary(history, live, coming, now_ms=now_ms, days=days)
         overall = reports.history_stats(history, "hour")
-        _charts(out, overall.collect(), coming.collect())
+        _charts(out, overall.collect(), coming.collect(), days=days)
     finally:
         history.unpersist()
         live.unpersist()
@@ -161,14 +163,17 @@ def _summary(history: DataFrame, live: DataFrame, coming: DataFrame, *, now_ms: 
     first_finished, last_finished = history.agg(F.min("finishedAt"), F.max("finishedAt")).collect()[
         0
     ]
+    rows = history.count()
     return {
         "generated_at": _iso(now_ms),
         "forecast_days": days,
         "history": {
-            "rows": history.count(),
+            "rows": rows,
             "from": _iso(first_finished),
             "to": _iso(last_finished),
             "all_queues": _plain(totals[0]) if totals else None,
+            # Said in words, so an empty report is not read as a broken one.
+            "note": None if rows else NO_HISTORY,
         },
         "queues": {
             queue: {
@@ -192,18 +197,30 @@ def _iso(epoch_ms: int | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))
 
 
-def _charts(out: Path, hourly_rows: list, forecast_rows: list) -> None:
-    import matplotlib
+def _charts(out: Path, hourly_rows: list, forecast_rows: list, *, days: int) -> None:
+    charts = {
+        "lateness.png": lateness_chart(hourly_rows),
+        "forecast.png": forecast_chart(forecast_rows, days=days),
+    }
+    from matplotlib import pyplot  # after _figure chose the backend
 
-    matplotlib.use("Agg")  # files, no display
-    from matplotlib import pyplot
+    for name, figure in charts.items():
+        figure.savefig(out / name, dpi=100)
+        pyplot.close(figure)
 
-    figure, axes = pyplot.subplots(figsize=(10, 4.5))
+
+def lateness_chart(hourly_rows: list):
+    """Lateness p50/p95/p99 per hour, all queues; the words NO_HISTORY when none finished."""
+    figure, axes = _figure()
+    axes.set_title("Lateness: first delivery minus the time asked for, all queues")
+    if not hourly_rows:
+        _empty(axes, NO_HISTORY)
+        figure.tight_layout()
+        return figure
     hours = [row["hour"] for row in hourly_rows]
     for fraction in reports.PERCENTILES:
         name = f"lateness_p{round(fraction * 100)}_s"
         axes.plot(hours, [row[name] for row in hourly_rows], marker="o", label=name.split("_")[1])
-    axes.set_title("Lateness: first delivery minus the time asked for, all queues")
     axes.set_xlabel("hour the messages finished (UTC)")
     axes.set_ylabel("seconds")
     highest = max(
@@ -219,22 +236,43 @@ def _charts(out: Path, hourly_rows: list, forecast_rows: list) -> None:
     axes.legend()
     _hour_axis(axes, hours)
     figure.tight_layout()
-    figure.savefig(out / "lateness.png", dpi=100)
-    pyplot.close(figure)
+    return figure
 
-    figure, axes = pyplot.subplots(figsize=(10, 4.5))
+
+def forecast_chart(forecast_rows: list, *, days: int):
+    """Messages coming due per hour, all queues; words instead when none are."""
+    figure, axes = _figure()
+    axes.set_title("Messages coming due per hour, all queues")
+    if not forecast_rows:
+        _empty(axes, f"no messages coming due in the next {days} days")
+        figure.tight_layout()
+        return figure
     totals: dict[Any, int] = {}
     for row in forecast_rows:
         totals[row["hour"]] = totals.get(row["hour"], 0) + row["coming_due"]
     axes.bar(list(totals), list(totals.values()), width=1 / 24, align="edge")
-    axes.set_title("Messages coming due per hour, all queues")
     axes.set_xlabel("hour (UTC)")
     axes.set_ylabel("messages")
     axes.grid(True, axis="y", alpha=0.3)
     _hour_axis(axes, list(totals))
     figure.tight_layout()
-    figure.savefig(out / "forecast.png", dpi=100)
-    pyplot.close(figure)
+    return figure
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files, no display
+    from matplotlib import pyplot
+
+    return pyplot.subplots(figsize=(10, 4.5))
+
+
+def _empty(axes, words: str) -> None:
+    """A chart with nothing to draw says so, with no axes: an empty time axis would
+    start in 1970."""
+    axes.set_axis_off()
+    axes.text(0.5, 0.5, words, transform=axes.transAxes, ha="center", va="center", fontsize=16)
 
 
 def _hour_axis(axes, hours: list) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,10 +41,15 @@ def spark_session(
             # seconds of a 1,000,000-row import; C1's code is fast enough for the little
             # the JVM does here (bench/RESULTS.md, issue 7).
             builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-        # The executors' Python is this one, so they import this package.
-        builder = builder.config(
-            "spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", _python())
-        )
+        # The Python workers run this interpreter, which has this package, unless
+        # PYSPARK_PYTHON names another. PySpark takes the workers' Python from that
+        # variable alone (SparkContext.pythonExec, default `python3` on the PATH, which
+        # may not have the package); spark.pyspark.python is read by spark-submit's
+        # launcher only. So the variable is set, before the JVM starts: it inherits it
+        # for the Python it starts itself. Executors on other machines need a Python
+        # at the same path, or PYSPARK_PYTHON naming theirs (README).
+        python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.pyspark.python", python)
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")  # the jobs print their own progress
@@ -52,9 +58,3 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable

@@ -4,14 +4,16 @@ known times (the service on a fake clock), read back through Spark's JDBC source
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
+import re
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.pipeline import reports
-from app.pipeline.report import run_report
+from app.pipeline.report import NO_HISTORY, forecast_chart, lateness_chart, run_report
 from tests.conftest import START_MS, FakeClock
 from tests.helpers import poll, put
 
@@ -115,3 +117,49 @@ def test_hourly_groups_by_the_hour_messages_finished(spark):
     ]
     assert result[1]["lateness_p50_s"] == 5.0  # the dropped message was never delivered
     assert result[1]["processing_p50_s"] == pytest.approx(3601.0)
+
+
+def _drawn_text(figure) -> list[str]:
+    """Every text a chart shows, read from its SVG (glyphs kept as text)."""
+    import matplotlib
+
+    out = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        figure.savefig(out, format="svg")
+    return re.findall(r"<text[^>]*>(.*?)</text>", out.getvalue(), re.DOTALL)
+
+
+def test_a_report_over_no_history_says_so(spark, clean_database, tmp_path):
+    summary = run_report(
+        spark, database_url=clean_database.url, output=str(tmp_path), now_ms=START_MS, days=7
+    )
+    assert summary == json.loads((tmp_path / "summary.json").read_text())
+    assert summary["history"] == {
+        "rows": 0,
+        "from": None,
+        "to": None,
+        "all_queues": None,
+        "note": NO_HISTORY,
+    }
+    assert summary["queues"] == {}
+    for chart in ("lateness.png", "forecast.png"):
+        assert (tmp_path / chart).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_empty_charts_say_so_in_words_without_axes():
+    # Only the title and the words: no ticks (an empty time axis started in 1970).
+    assert _drawn_text(lateness_chart([])) == [
+        NO_HISTORY,
+        "Lateness: first delivery minus the time asked for, all queues",
+    ]
+    assert _drawn_text(forecast_chart([], days=3)) == [
+        "no messages coming due in the next 3 days",
+        "Messages coming due per hour, all queues",
+    ]
+
+
+def test_a_chart_with_history_has_its_hours_and_no_note():
+    row = {"hour": HOUR, "lateness_p50_s": 1.0, "lateness_p95_s": 2.0, "lateness_p99_s": 3.0}
+    drawn = " ".join(_drawn_text(lateness_chart([row])))
+    assert NO_HISTORY not in drawn and "1970" not in drawn
+    assert "2026" in drawn and "seconds" in drawn
