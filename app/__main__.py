@@ -12,8 +12,9 @@ from app.config import Settings
 
 
 def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
-    import uvicorn
-
+    if arguments.workers > 1:
+        _serve_workers(arguments, settings)
+        return
     from app.logs import configure_logging
     from app.main import create_app
     from app.server import ConnectionLimits, HourglassServer
@@ -24,8 +25,19 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
     if settings.auto_migrate:
         upgrade_to_head(settings.database_url)
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
+    HourglassServer(
+        _server_config(arguments, app),
+        stopping=lambda: app.state.stopping(),
+        limits=ConnectionLimits.from_settings(settings),
+        events=app.state.metrics,
+    ).run()
+
+
+def _server_config(arguments: argparse.Namespace, app: object):  # -> uvicorn.Config
+    import uvicorn
+
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
         host=arguments.host,
         port=arguments.port,
         log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
@@ -33,12 +45,62 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
         timeout_graceful_shutdown=arguments.graceful_shutdown,
         access_log=arguments.access_log,
     )
-    HourglassServer(
-        config,
-        stopping=lambda: app.state.stopping(),
-        limits=ConnectionLimits.from_settings(settings),
-        events=app.state.metrics,
-    ).run()
+
+
+def _serve_workers(arguments: argparse.Namespace, settings: Settings) -> None:
+    """`serve --workers N` with N > 1: a parent and N server processes (app/workers.py)."""
+    if settings.database_url.startswith("sqlite"):
+        sys.stderr.write(
+            f"hourglass serve: --workers {arguments.workers} needs PostgreSQL or MariaDB: "
+            "SQLite takes one writer at a time, so serve it with one process (no --workers)\n"
+        )
+        sys.exit(2)
+    from app.workers import metrics_directory
+
+    # First: prometheus-client reads the directory's name when it is imported.
+    with metrics_directory() as metrics_dir:
+        from app.logs import configure_logging
+        from app.main import create_app
+        from app.server import ConnectionLimits
+        from app.storage.schema import upgrade_to_head
+        from app.workers import Supervisor, WorkerServer, listening_socket
+
+        log_format = arguments.log_format or settings.log_format
+        configure_logging(arguments.log_level, json_lines=log_format == "json")
+        if settings.auto_migrate:
+            upgrade_to_head(settings.database_url)  # once, before the workers start
+        host, port = arguments.host, arguments.port
+        try:
+            listening = listening_socket(host, port)
+        except OSError as error:
+            logging.getLogger(__name__).error("cannot listen on %s:%d: %s", host, port, error)
+            sys.exit(3)  # as uvicorn ends when it cannot bind
+
+        def run_worker(ready, early_signals: list[int]) -> None:
+            app = create_app(settings, metrics_dir=metrics_dir)
+            WorkerServer(
+                _server_config(arguments, app),
+                stopping=lambda: app.state.stopping(),
+                limits=ConnectionLimits.from_settings(settings),
+                events=app.state.metrics,
+                ready=ready,
+                tick=app.state.metrics.sample_connections,
+                early_signals=early_signals,
+            ).run(sockets=[listening])
+
+        address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        supervisor = Supervisor(
+            arguments.workers, run_worker, address=address, metrics_dir=metrics_dir
+        )
+        code = supervisor.run()
+    sys.exit(code)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number")
+    return value
 
 
 def _migrate(_arguments: argparse.Namespace, settings: Settings) -> None:
@@ -166,6 +228,16 @@ def main(argv: list[str] | None = None) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="log every request (default: on)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="server processes on the port (default: 1); needs PostgreSQL or MariaDB. "
+        "Each has its own database pool (HOURGLASS_POOL_SIZE), connection caps "
+        "(HOURGLASS_MAX_CONNECTIONS, HOURGLASS_MAX_CONNECTIONS_PER_CLIENT) and push "
+        "concurrency per queue; /metrics adds the processes up",
     )
     serve.set_defaults(run=_serve)
 
