@@ -149,6 +149,8 @@ class Supervisor:
         previous_handlers = {sig: signal.signal(sig, _note) for sig in handled}
         previous_wakeup = signal.set_wakeup_fd(wake_write)
         self._selector.register(wake_read, selectors.EVENT_READ)
+        if self.metrics_dir is not None:
+            logger.info("the workers' metrics: files in %s (removed at exit)", self.metrics_dir)
         try:
             for _ in range(self.count):
                 if not self.stopping:
