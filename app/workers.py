@@ -107,7 +107,7 @@ class WorkerServer(HourglassServer):
         return await super().on_tick(counter)
 
 
-# run_worker(ready, tick, early_signals): builds and runs one worker's server, in the child.
+# run_worker(ready, early_signals): builds and runs one worker's server, in the child.
 RunWorker = Callable[[Callable[[], None], list[int]], None]
 
 
