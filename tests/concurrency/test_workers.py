@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import truncate_all
 from tests.helpers import wait_until
-from tests.server import Server, running_server
+from tests.server import Server, free_port, running_server
 
 pytestmark = pytest.mark.server_databases
 
@@ -297,3 +300,29 @@ def test_workers_whose_parent_is_gone_stop_by_themselves(workers):
         for file in directory.glob("*"):
             file.unlink()
         directory.rmdir()
+
+
+def test_a_stop_while_the_workers_start_ends_them_all_with_0(server_url):
+    """SIGTERM as soon as the first worker is forked: before the workers' servers handle
+    signals (they keep it for their start), or after; either way all end, and so does
+    the parent, with 0."""
+    environment = {**os.environ, "HOURGLASS_DATABASE_URL": server_url}
+    command = [sys.executable, "-m", "app", "serve", "--port", str(free_port()), "--workers", "2"]
+    process = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    output = []
+    for line in process.stderr:
+        output.append(line)
+        if "worker" in line and "started" in line:
+            process.send_signal(signal.SIGTERM)
+            break
+    try:
+        code = process.wait(TIMEOUT)
+    except subprocess.TimeoutExpired:
+        for pid in [*_workers(process.pid), process.pid]:
+            os.kill(pid, signal.SIGKILL)
+        code = process.wait()
+    output.extend(process.stderr)  # the parent and its workers have ended
+    assert code == 0, "".join(output)
+    stopped = [line for line in output if re.search(r"worker \d+ stopped", line)]
+    assert len(stopped) == 2, "".join(output)
