@@ -26,7 +26,7 @@ import selectors
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,12 +174,18 @@ class Supervisor:
 
     def _start_worker(self, inherited: tuple[int, ...]) -> None:
         ready_read, ready_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker
-            os.close(ready_read)
-            # Not the parent's: its wake-up pipe, its selector, the other workers' pipes.
-            inherited = (*inherited, self._selector.fileno(), *self._pipes())
-            _become_worker(self.run_worker, ready_write, inherited)
+        # A stop signal that came between the fork and the worker's own handlers would
+        # run the parent's (and be lost to the worker): held back until those are set.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the worker
+                os.close(ready_read)
+                # Not the parent's: its wake-up pipe, its selector, the other workers' pipes.
+                inherited = (*inherited, self._selector.fileno(), *self._pipes())
+                _become_worker(self.run_worker, ready_write, inherited, mask)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(ready_write)
         self.workers[pid] = _Worker(pid, ready_read)
         self._selector.register(ready_read, selectors.EVENT_READ)
@@ -254,8 +260,11 @@ def _note(sig: int, frame: FrameType | None) -> None:
     """The signal is read from the wake-up pipe."""
 
 
-def _become_worker(run_worker: RunWorker, ready_write: int, inherited: tuple[int, ...]) -> None:
-    """In the forked child: run one worker, then end this process (never return)."""
+def _become_worker(
+    run_worker: RunWorker, ready_write: int, inherited: tuple[int, ...], mask: Iterable[int]
+) -> None:
+    """In the forked child (stop signals blocked): run one worker, then end this process
+    (never return)."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -267,6 +276,7 @@ def _become_worker(run_worker: RunWorker, ready_write: int, inherited: tuple[int
             # meets, so the worker ends with 0 after a stop, not by the signal.
             signal.signal(sig, lambda number, _frame: early_signals.append(number))
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop held back arrives now
 
         def ready() -> None:
             os.write(ready_write, READY)
