@@ -103,8 +103,9 @@ def _database_ready(arguments: argparse.Namespace, settings: Settings, *, migrat
 
 
 def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
-    import uvicorn
-
+    if arguments.workers > 1:
+        _serve_workers(arguments, settings)
+        return
     from app.logs import configure_logging
     from app.main import create_app
     from app.server import ConnectionLimits, HourglassServer, bind_sockets, close_sockets
@@ -117,17 +118,8 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
     try:
         _database_ready(arguments, settings, migrate=settings.auto_migrate)
         app = create_app(settings)
-        config = uvicorn.Config(
-            app,
-            host=arguments.host,
-            port=arguments.port,
-            log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
-            log_level=arguments.log_level,
-            timeout_graceful_shutdown=arguments.graceful_shutdown,
-            access_log=arguments.access_log,
-        )
         server = HourglassServer(
-            config,
+            _server_config(arguments, app),
             stopping=lambda: app.state.stopping(),
             limits=ConnectionLimits.from_settings(settings),
             events=app.state.metrics,
@@ -135,6 +127,80 @@ def _serve(arguments: argparse.Namespace, settings: Settings) -> None:
         _run_server(server, sockets)
     finally:
         close_sockets(sockets)
+
+
+def _server_config(arguments: argparse.Namespace, app: object):  # -> uvicorn.Config
+    import uvicorn
+
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=arguments.host,
+        port=arguments.port,
+        log_config=None,  # configure_logging's handlers serve uvicorn's loggers too
+        log_level=arguments.log_level,
+        timeout_graceful_shutdown=arguments.graceful_shutdown,
+        access_log=arguments.access_log,
+    )
+
+
+def _serve_workers(arguments: argparse.Namespace, settings: Settings) -> None:
+    """`serve --workers N` with N > 1: a parent and N server processes (app/workers.py).
+    The same order as with one: the address, the database, then listening."""
+    if settings.database_url.startswith("sqlite"):
+        raise SettingError(
+            f"--workers {arguments.workers} needs PostgreSQL or MariaDB: SQLite takes one "
+            "writer at a time, so serve it with one process (no --workers)"
+        )
+    from app.server import bind_sockets, close_sockets, start_listening
+    from app.workers import metrics_directory
+
+    sockets = bind_sockets(arguments.host, arguments.port)
+    try:
+        # First: prometheus-client reads the directory's name when it is imported.
+        with metrics_directory() as metrics_dir:
+            from app.logs import configure_logging
+            from app.main import create_app
+            from app.server import ConnectionLimits
+            from app.workers import BACKLOG, Supervisor, WorkerServer
+
+            log_format = arguments.log_format or settings.log_format
+            configure_logging(arguments.log_level, json_lines=log_format == "json")
+            # Once, before the workers start.
+            _database_ready(arguments, settings, migrate=settings.auto_migrate)
+            start_listening(sockets, BACKLOG)
+
+            def run_worker(ready, early_signals: list[int]) -> None:
+                app = create_app(settings, metrics_dir=metrics_dir)
+                WorkerServer(
+                    _server_config(arguments, app),
+                    stopping=lambda: app.state.stopping(),
+                    limits=ConnectionLimits.from_settings(settings),
+                    events=app.state.metrics,
+                    ready=ready,
+                    tick=app.state.metrics.sample_connections,
+                    early_signals=early_signals,
+                ).run(sockets=sockets)
+
+            host, port = arguments.host, arguments.port
+            address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            supervisor = Supervisor(
+                arguments.workers, run_worker, address=address, metrics_dir=metrics_dir
+            )
+            code = supervisor.run()
+    finally:
+        close_sockets(sockets)
+    sys.exit(code)
+
+
+def _positive(text: str) -> int:
+    """An argparse type: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted: a whole number, 1 or more")
+    return value
 
 
 def _run_server(server: HourglassServer, sockets: list[socket.socket]) -> None:
@@ -295,6 +361,16 @@ def main(argv: list[str] | None = None) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="log every request (default: on)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="server processes on the port (default: 1); needs PostgreSQL or MariaDB. "
+        "Each has its own database pool (HOURGLASS_POOL_SIZE), connection caps "
+        "(HOURGLASS_MAX_CONNECTIONS, HOURGLASS_MAX_CONNECTIONS_PER_CLIENT) and push "
+        "concurrency per queue; /metrics adds the processes up",
     )
     _add_wait_for_database(serve)
     serve.set_defaults(run=_serve)

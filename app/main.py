@@ -73,9 +73,11 @@ def create_app(
     *,
     clock: Clock | None = None,
     random_source: RandomSource | None = None,
+    metrics_dir: str | None = None,
 ) -> FastAPI:
     """The application for `settings` (default: from the environment); tests pass a fake
-    `clock`, and a fixed `random_source` for the jitter of retry delays."""
+    `clock`, and a fixed `random_source` for the jitter of retry delays. `metrics_dir`:
+    one of several processes, whose metrics are added up there (app/workers.py)."""
     settings = settings or Settings()
     clock = clock or SystemClock()
 
@@ -166,7 +168,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics(clock=clock)
+    app.state.metrics = Metrics(clock=clock, multiprocess_dir=metrics_dir)
     app.add_middleware(RequestBodyLimits, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
     app.add_middleware(RequestId)

@@ -25,8 +25,9 @@ of a replica, every name counts as not stored.)
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -35,9 +36,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    Info,
     generate_latest,
+    values,
 )
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from app import __version__
 from app.clock import Clock, SystemClock
@@ -85,21 +88,44 @@ LabelledByQueue = Counter | Histogram
 
 
 class Metrics:
-    """The service's collectors. One instance per app, so tests get fresh counters."""
+    """The service's collectors. One instance per app, so tests get fresh counters.
+
+    With `multiprocess_dir` (`hourglass serve --workers N`, N > 1), counters, histograms
+    and the open connections go to prometheus-client's files in that directory, where
+    every worker writes its own and a scrape adds them up; what is read at scrape time
+    (the release, the queue gauges from the database) comes from the scraping process
+    alone, so it is never counted N times.
+    """
 
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, clock: Clock | None = None
+        self,
+        registry: CollectorRegistry | None = None,
+        clock: Clock | None = None,
+        *,
+        multiprocess_dir: str | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.clock = clock or SystemClock()
+        self.multiprocess_dir = multiprocess_dir
+        if multiprocess_dir is not None and not getattr(values.ValueClass, "_multiprocess", False):
+            # prometheus-client chooses where values go when it is first imported.
+            raise RuntimeError(
+                "multiprocess metrics need PROMETHEUS_MULTIPROC_DIR set before "
+                "prometheus_client is imported"
+            )
+        if multiprocess_dir is not None:
+            # Removing a series forgets it in this process; its last values stay in the
+            # files (README, "Several processes"). prometheus-client warns of it each time.
+            warnings.filterwarnings(
+                "ignore", "(Removal|Clearing) of labels has not been implemented", UserWarning
+            )
         self.queues = QueueLabels(
             self.clock, forget_queue=self._remove_series, forget_entry=self._remove_entry_series
         )
-        Info("hourglass_build", "The running release", registry=self.registry).info(
-            {"version": __version__}
-        )
+        build = _BuildInfo()
+        self.registry.register(build)
         self.database_statements = Counter(
             "hourglass_database_statements",
             "Statements sent to the database (what an idle service costs the database, too)",
@@ -181,27 +207,8 @@ class Metrics:
             buckets=PUSH_DURATION_BUCKETS,
             registry=self.registry,
         )
-        self.queue_messages = Gauge(
-            "hourglass_queue_messages",
-            "Messages in the queue by state (read at scrape time)",
-            ["queue", "state"],
-            registry=self.registry,
-        )
-        self.oldest_ready_age = Gauge(
-            "hourglass_queue_oldest_ready_age_seconds",
-            "How long the oldest ready message has waited (0 when none is ready)",
-            ["queue"],
-            registry=self.registry,
-        )
-        # Without it a replica whose database does not answer, or answers at another
-        # schema, still answers /metrics (`up` stays 1) with its gauges frozen at their
-        # last values: nothing a scraper reads would say /readyz answers 503.
-        self.ready = Gauge(
-            "hourglass_ready",
-            "1 when the database answers at this release's schema, as /readyz checks it; "
-            "0 when not (read at scrape time)",
-            registry=self.registry,
-        )
+        self._queue_gauges = _QueueGauges()
+        self.registry.register(self._queue_gauges)
         self.http_duration = Histogram(
             "hourglass_http_request_duration_seconds",
             "Requests by route template",
@@ -217,8 +224,20 @@ class Metrics:
             registry=self.registry,
         )
         self._connections_open = Gauge(
-            "hourglass_connections_open", "Client connections open", registry=self.registry
+            "hourglass_connections_open",
+            "Client connections open",
+            registry=self.registry,
+            # Several processes: each writes its own count, the dead ones' go (mark_process_dead).
+            multiprocess_mode="livesum",
         )
+        self._open_connections: Callable[[], int] | None = None
+        self._exposed = self.registry
+        if multiprocess_dir is not None:
+            # What a scrape shows: every process's files, then what this one reads itself.
+            self._exposed = CollectorRegistry()
+            self._exposed.register(build)
+            MultiProcessCollector(self._exposed, multiprocess_dir)
+            self._exposed.register(self._queue_gauges)
         # Queue label -> the series made for it, by collector and the values of its
         # other labels: what forgetting the queue removes, and only that (up to
         # prometheus-client 0.21.1, removing a label set never made raises KeyError).
@@ -315,22 +334,14 @@ class Metrics:
                 try:
                     ready = await read_ready()
                 finally:  # set once answered: a scrape meanwhile reads the last answer
-                    self.ready.set(1 if ready else 0)
+                    self._queue_gauges.ready = 1 if ready else 0
             queues = await read_stats()
             configured = await read_configured()
             cron_entries = await read_cron_entries()
         except StorageUnavailable:
             self.error("metrics_queue_gauges")
             return
-        self.queue_messages.clear()
-        self.oldest_ready_age.clear()
-        for stats in queues:
-            for state in ("ready", "scheduled", "leased"):
-                self.queue_messages.labels(queue=stats.queue, state=state).set(
-                    getattr(stats, state)
-                )
-            waited = 0 if stats.oldest_ready_at is None else max(0, now - stats.oldest_ready_at)
-            self.oldest_ready_age.labels(queue=stats.queue).set(waited / 1000)
+        self._queue_gauges.stats, self._queue_gauges.read_at = queues, now
         self.queues.refresh({stats.queue for stats in queues}.union(configured), set(cron_entries))
 
     def _remove_series(self, queue: str) -> None:
@@ -353,15 +364,75 @@ class Metrics:
         self._connections_dropped.labels(reason=reason).inc()
 
     def watch_connections(self, open_connections: Callable[[], int]) -> None:
-        self._connections_open.set_function(open_connections)
+        if self.multiprocess_dir is None:
+            self._connections_open.set_function(open_connections)
+        else:
+            # A function's value is not written to the files: the worker's server
+            # writes the count on its tick (sample_connections).
+            self._open_connections = open_connections
+
+    def sample_connections(self) -> None:
+        """Write this process's count of open connections for the other processes' scrapes."""
+        if self._open_connections is not None:
+            self._connections_open.set(self._open_connections())
 
     def statement_sent(self) -> None:
         """One more statement sent to the database (the store calls it after each)."""
         self.database_statements.inc()
 
     def exposition(self) -> bytes:
-        """Every collector's samples in the Prometheus text format."""
-        return generate_latest(self.registry)
+        """Every collector's samples in the Prometheus text format (with several processes,
+        added up across them)."""
+        return generate_latest(self._exposed)
+
+
+class _BuildInfo:
+    """hourglass_build_info: the running release (an Info metric, which prometheus-client's
+    multiprocess mode does not write to its files, so a collector of its own)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield InfoMetricFamily("hourglass_build", "The running release", {"version": __version__})
+
+
+class _QueueGauges:
+    """The queue gauges as the last read of the database found them, in the scraping
+    process only: every process reads the same database, so adding their gauges up
+    would show N times the depth."""
+
+    def __init__(self) -> None:
+        self.stats: list[QueueStats] = []
+        self.read_at = 0  # epoch ms of the read
+        # Without it a replica whose database does not answer, or answers at another
+        # schema, still answers /metrics (`up` stays 1) with its gauges frozen at their
+        # last values: nothing a scraper reads would say /readyz answers 503.
+        self.ready = 0
+
+    def collect(self) -> Iterator[Metric]:
+        stats, now = self.stats, self.read_at
+        messages = GaugeMetricFamily(
+            "hourglass_queue_messages",
+            "Messages in the queue by state (read at scrape time)",
+            labels=["queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "hourglass_queue_oldest_ready_age_seconds",
+            "How long the oldest ready message has waited (0 when none is ready)",
+            labels=["queue"],
+        )
+        for queue in stats:
+            for state in ("ready", "scheduled", "leased"):
+                messages.add_metric([queue.queue, state], getattr(queue, state))
+        for queue in stats:
+            waited = 0 if queue.oldest_ready_at is None else max(0, now - queue.oldest_ready_at)
+            oldest.add_metric([queue.queue], waited / 1000)
+        yield messages
+        yield oldest
+        yield GaugeMetricFamily(
+            "hourglass_ready",
+            "1 when the database answers at this release's schema, as /readyz checks it; "
+            "0 when not (read at scrape time)",
+            value=self.ready,
+        )
 
 
 class QueueLabels:

@@ -18,6 +18,15 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
+def process_tree_cpu(pid: int) -> float:
+    """CPU time of `pid` and of its children (`hourglass serve --workers N`'s workers)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (FileNotFoundError, ProcessLookupError):
+        children = []
+    return process_cpu(pid) + sum(process_cpu(int(child)) for child in children)
+
+
 def postgres_cpu() -> dict[int, float]:
     """CPU seconds of every PostgreSQL process now, by pid."""
     used: dict[int, float] = {}
@@ -41,7 +50,7 @@ class CpuSplit:
         times = os.times()
         return (
             time.perf_counter(),
-            process_cpu(self.server_pid),
+            process_tree_cpu(self.server_pid),
             times.user + times.system,
             postgres_cpu(),
         )

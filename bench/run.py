@@ -38,6 +38,7 @@ async def run(
     peer_names: list[str],
     workloads: set[str],
     without_history: Server | None = None,
+    several: tuple[int, Server] | None = None,
 ) -> list[Row]:
     if peer_names:
         from bench.peers import PEERS  # the [bench] extra: only needed when peers are measured
@@ -45,6 +46,9 @@ async def run(
         peers = [PEERS[name](dsn) for name in peer_names]
     else:
         peers = []
+    if several is not None:  # measured as one more column, in the same rounds
+        count, multi = several
+        peers.append(ServiceTarget(dsn, "127.0.0.1", multi.port, multi.pid, workers_column(count)))
     for peer in peers:
         await peer.setup()
     service = ServiceTarget(dsn, "127.0.0.1", server.port, server.pid)
@@ -79,6 +83,10 @@ async def run(
     return bench.rows
 
 
+def workers_column(count: int) -> str:
+    return f"hourglass --workers {count}"
+
+
 PEER_NAMES = ("pgmq", "pgqueuer", "procrastinate")  # bench/peers.py's PEERS
 WORKLOADS = ("offer", "batch", "drain", "delayed", "scale", "history")
 
@@ -104,6 +112,14 @@ def main(argv: list[str] | None = None) -> None:
         "--peers", default=",".join(PEER_NAMES), help="comma-separated, or '' for none"
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with N > 1, also measure `hourglass serve --workers N` (a second server on the "
+        "same database) as one more column, round after round with the others",
+    )
     args = parser.parse_args(argv)
 
     plan = QUICK if args.quick else FULL
@@ -121,10 +137,18 @@ def main(argv: list[str] | None = None) -> None:
             without_history = stack.enter_context(
                 running_server(args.database_url, HOURGLASS_HISTORY="false")
             )
+        several = None
+        if args.workers > 1:
+            several = (
+                args.workers,
+                stack.enter_context(running_server(args.database_url, workers=args.workers)),
+            )
         runner = stack.enter_context(asyncio.Runner(loop_factory=event_loop_factory()))
         rows = runner.run(
-            run(plan, args.database_url, server, peer_names, workloads, without_history)
+            run(plan, args.database_url, server, peer_names, workloads, without_history, several)
         )
+    if args.workers > 1:
+        peer_names.append(workers_column(args.workers))
     machine = machine_description(args.database_url)
     print(f"finished in {time.perf_counter() - started:.0f} s")
 

@@ -88,6 +88,10 @@ class Bench:
         self.peers = peers
         self.rows: list[Row] = []
 
+    def _cpu_of(self, target: Target) -> CpuSplit:
+        """A second server (history off, or --workers N) has its own processes to watch."""
+        return CpuSplit(getattr(target, "pid", None) or self.cpu.server_pid)
+
     @property
     def targets(self) -> list[Target]:
         return [self.service, self.ceiling, *self.peers]
@@ -154,9 +158,10 @@ class Bench:
 
             await _for(workers, offer, self.plan.offer_seconds / 4)  # warm up
             latencies.clear()
-            self.cpu.start()
+            split = self._cpu_of(target)
+            split.start()
             elapsed = await _for(workers, offer, self.plan.offer_seconds)
-            cpu = self.cpu.stop()
+            cpu = split.stop()
             await _close(workers)
             return {
                 "": Measurement(len(latencies) / elapsed, cpu),
@@ -183,11 +188,12 @@ class Bench:
                         [f"{prefix}-{batch}-{i}" for i in range(1000)], PAYLOAD
                     )
 
-            self.cpu.start()
+            split = self._cpu_of(target)
+            split.start()
             started = time.perf_counter()
             await asyncio.gather(*(offer(worker) for worker in workers))
             elapsed = time.perf_counter() - started
-            cpu = self.cpu.stop()
+            cpu = split.stop()
             await _close(workers)
             return {"": Measurement(batches * 1000 / elapsed, cpu)}
 
@@ -214,8 +220,7 @@ class Bench:
                 await worker.finish(taken)
                 delivered += len(taken)
 
-        # A second server (history off) has its own process to watch.
-        cpu = CpuSplit(getattr(target, "pid", None) or self.cpu.server_pid)
+        cpu = self._cpu_of(target)
         cpu.start()
         started = time.perf_counter()
         await asyncio.gather(*(work(worker) for worker in workers))

@@ -67,20 +67,27 @@ class Server:
     port: int
     pid: int
     output: list[str]  # its log lines so far
+    process: subprocess.Popen[str] | None = None
 
 
 @contextmanager
 def running_server(
-    database_url: str, *, open_files: tuple[int, int] | None = None, **environment: str
+    database_url: str,
+    *,
+    open_files: tuple[int, int] | None = None,
+    workers: int = 1,
+    **environment: str,
 ) -> Iterator[Server]:
     """`hourglass serve` against `database_url`, yielded once it accepts requests.
 
     `open_files` sets the process's (soft, hard) limit of open files, as a shell's
-    `ulimit -n` would before starting it.
+    `ulimit -n` would before starting it. `workers`: its --workers (`pid` is the parent's).
     """
     port = free_port()
     env = {**os.environ, "HOURGLASS_DATABASE_URL": database_url, **environment}
     command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-access-log"]
+    if workers != 1:
+        command += ["--workers", str(workers)]
     if open_files is not None:
         # util-linux's prlimit sets the limit, then execs the command (same process).
         command = ["prlimit", f"--nofile={open_files[0]}:{open_files[1]}", "--", *command]
@@ -102,7 +109,7 @@ def running_server(
     try:
         if not started.wait(STARTUP_TIMEOUT) or process.poll() is not None:
             raise RuntimeError("the server did not start:\n" + "".join(output))
-        yield Server(f"http://127.0.0.1:{port}", port, process.pid, output)
+        yield Server(f"http://127.0.0.1:{port}", port, process.pid, output, process)
     finally:
         process.terminate()
         try:

@@ -62,3 +62,22 @@ def test_the_pipeline_without_its_extra_says_what_to_install(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         main(["pipeline", "import", "x.csv"])
     assert "pip install 'hourglass[pipeline]'" in str(stopped.value)
+
+
+def test_serve_with_workers_on_sqlite_is_refused_in_one_line(tmp_path):
+    database = tmp_path / "one-writer.db"
+    command = [sys.executable, "-m", "app", "serve", "--workers", "2", "--port", "1"]
+    result = _run(command, f"sqlite:///{database}")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "--workers 2 needs PostgreSQL or MariaDB" in result.stderr
+    assert "SQLite takes one writer at a time" in result.stderr
+    assert not database.exists()  # refused before migrating
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_serve_workers_must_be_a_positive_whole_number(tmp_path, workers):
+    command = [sys.executable, "-m", "app", "serve", "--workers", workers]
+    result = _run(command, f"sqlite:///{tmp_path / 'unused.db'}")
+    assert result.returncode == 2
+    assert "--workers" in result.stderr
