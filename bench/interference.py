@@ -101,7 +101,9 @@ async def held_snapshot(bench: Bench) -> None:
     """A drain with max=100 and 4 workers; once a quarter of it is delivered, another
     connection takes a snapshot (REPEATABLE READ, one read) and holds it for
     plan.snapshot_hold seconds. Throughput and poll latency before, during and after
-    the hold, and the table's dead tuples at its start, at its end and after the drain."""
+    the hold, and the table's dead tuples at its start, at its end and after the drain.
+    If the drain ends during the hold, "after" is a second drain of a quarter as many
+    messages, offered once the hold is over."""
     plan = bench.plan
     service = bench.service
     await service.clear()
@@ -153,16 +155,25 @@ async def held_snapshot(bench: Bench) -> None:
     await asyncio.gather(*(drain(worker) for worker in workers))
     drained = time.perf_counter()
     began, ended = await holding
+    during = (began, min(ended, drained))
+    # A drain that ended while the snapshot was held leaves nothing to time after it: a
+    # quarter of the messages again, offered into the table as the hold left it (no
+    # vacuum), drained the same way, show whether the drain recovers.
+    refilled = 0
+    after = (ended, drained)
+    if drained < ended:
+        refilled = round(plan.snapshot_messages * SNAPSHOT_STARTS_AT)
+        await service.prefill(refilled, PAYLOAD, vacuum=False)
+        after_started = time.perf_counter()
+        await asyncio.gather(*(drain(worker) for worker in workers))
+        after = (after_started, time.perf_counter())
     await asyncio.gather(*(worker.close() for worker in workers))
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
         dead["after the drain"] = await _dead_tuples(sampler)
 
+    _print_timeline(polls, started, began, ended)
     name = f"held snapshot, {plan.snapshot_hold:g} s in a drain of {plan.snapshot_messages:,}"
-    windows = {
-        "before": (started, began),
-        "during": (began, min(ended, drained)),
-        "after": (ended, drained),
-    }
+    windows = {"before": (started, began), "during": during, "after": after}
     for window, (start, end) in windows.items():
         inside = [poll for poll in polls if start <= poll.finished < end]
         throughput = sum(poll.messages for poll in inside) / (end - start) if inside else None
@@ -183,6 +194,25 @@ async def held_snapshot(bench: Bench) -> None:
         bench._add(Row(f"{name}: dead tuples {point} (n_dead_tup)", "rows", statistics, None, {}))
         bench._add(Row(f"{name}: dead tuples {point} (pgstattuple)", "rows", counted, None, {}))
     bench._add(Row(f"{name}: drain's length", "s", drained - started, None, {}))
+    bench._add(Row(f"{name}: messages offered again after the hold", "msgs", refilled, None, {}))
+
+
+def _print_timeline(polls: list[_Poll], started: float, began: float, ended: float) -> None:
+    """The drain in slices of a tenth of the hold (at least a second), for the eye: not rows."""
+    step = max(1.0, (ended - began) / 10)
+    print(f"held snapshot timeline (s from the hold's start; it ends at {ended - began:.1f}):")
+    last = max((poll.finished for poll in polls), default=started)
+    slice_start = started
+    while slice_start < last:
+        inside = [poll for poll in polls if slice_start <= poll.finished < slice_start + step]
+        if inside:
+            print(
+                f"  {slice_start - began:+7.1f} s: "
+                f"{sum(poll.messages for poll in inside) / step:8,.0f} msg/s, poll p50 "
+                f"{percentile([poll.latency for poll in inside], 0.5) * 1000:7.1f} ms",
+                flush=True,
+            )
+        slice_start += step
 
 
 async def _dead_tuples(connection: psycopg.AsyncConnection) -> tuple[int, int]:
