@@ -135,12 +135,12 @@ async def held_snapshot(bench: Bench) -> None:
     dead: dict[str, tuple[int, int]] = {}
 
     async def hold() -> tuple[float, float]:
-        await quarter_delivered.wait()
         async with (
             await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler,
             await psycopg.AsyncConnection.connect(bench.dsn) as holder,
         ):
             await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await quarter_delivered.wait()  # connected beforehand: the snapshot comes at once
             await holder.execute("SELECT 1 FROM delayed_queue LIMIT 1")  # the snapshot
             began = time.perf_counter()
             dead["at the hold's start"] = await _dead_tuples(sampler)
