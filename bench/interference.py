@@ -161,13 +161,16 @@ async def held_snapshot(bench: Bench) -> None:
     # vacuum), drained the same way, show whether the drain recovers.
     refilled = 0
     after = (ended, drained)
+    await asyncio.gather(*(worker.close() for worker in workers))
     if drained < ended:
         refilled = round(plan.snapshot_messages * SNAPSHOT_STARTS_AT)
         await service.prefill(refilled, PAYLOAD, vacuum=False)
+        # New connections: the server closes keep-alive ones idle for seconds.
+        workers = [await service.worker() for _ in range(SNAPSHOT_WORKERS)]
         after_started = time.perf_counter()
         await asyncio.gather(*(drain(worker) for worker in workers))
         after = (after_started, time.perf_counter())
-    await asyncio.gather(*(worker.close() for worker in workers))
+        await asyncio.gather(*(worker.close() for worker in workers))
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
         dead["after the drain"] = await _dead_tuples(sampler)
 
