@@ -102,8 +102,8 @@ async def held_snapshot(bench: Bench) -> None:
     connection takes a snapshot (REPEATABLE READ, one read) and holds it for
     plan.snapshot_hold seconds. Throughput and poll latency before, during and after
     the hold, and the table's dead tuples at its start, at its end and after the drain.
-    If the drain ends during the hold, "after" is a second drain of a quarter as many
-    messages, offered once the hold is over."""
+    If less than a quarter of the messages is left after the hold, "after" is a second
+    drain of a quarter of them, offered once the hold is over."""
     plan = bench.plan
     service = bench.service
     await service.clear()
@@ -156,14 +156,15 @@ async def held_snapshot(bench: Bench) -> None:
     drained = time.perf_counter()
     began, ended = await holding
     during = (began, min(ended, drained))
-    # A drain that ended while the snapshot was held leaves nothing to time after it: a
-    # quarter of the messages again, offered into the table as the hold left it (no
-    # vacuum), drained the same way, show whether the drain recovers.
+    # A drain that ended inside the hold (or just after it) leaves little or nothing to
+    # time after it: a quarter of the messages again, offered into the table as the hold
+    # left it (no vacuum), drained the same way, show whether the drain recovers.
     refilled = 0
     after = (ended, drained)
     await asyncio.gather(*(worker.close() for worker in workers))
-    if drained < ended:
-        refilled = round(plan.snapshot_messages * SNAPSHOT_STARTS_AT)
+    quarter = round(plan.snapshot_messages * SNAPSHOT_STARTS_AT)
+    if sum(poll.messages for poll in polls if poll.finished >= ended) < quarter:
+        refilled = quarter
         await service.prefill(refilled, PAYLOAD, vacuum=False)
         # New connections: the server closes keep-alive ones idle for seconds.
         workers = [await service.worker() for _ in range(SNAPSHOT_WORKERS)]
