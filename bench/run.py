@@ -11,7 +11,10 @@ runs as `hourglass serve` in its own process; the load comes from this process
 through a minimal keep-alive HTTP client, and every figure comes with the CPU
 split between the server, this process and PostgreSQL. The `history` workload
 starts a second server with HOURGLASS_HISTORY off, to show what recording the
-delivery history costs.
+delivery history costs. `neighbour` and `snapshot` (bench/interference.py) time one
+queue's polls beside another's 1,000,000 ready messages, and a drain while another
+connection holds a snapshot for --hold-seconds (60 s; the full run takes ~3 min more
+with them; `--workloads` runs a subset).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from bench.hourglass import ServiceTarget, fresh_database
 from bench.http_client import event_loop_factory
+from bench.interference import held_snapshot, noisy_neighbour
 from bench.report import Row, machine_description, markdown, write_results
 from bench.workloads import FULL, QUICK, Bench, Plan
 from tests.server import Server, running_server
@@ -77,6 +82,10 @@ async def run(
                 "hourglass, history off",
             )
             await bench.history(off, plan.drain_workers[len(plan.drain_workers) // 2])
+        if "neighbour" in workloads:
+            await noisy_neighbour(bench)
+        if "snapshot" in workloads:
+            await held_snapshot(bench)
     finally:
         for peer in peers:
             await peer.close()
@@ -88,7 +97,7 @@ def workers_column(count: int) -> str:
 
 
 PEER_NAMES = ("pgmq", "pgqueuer", "procrastinate")  # bench/peers.py's PEERS
-WORKLOADS = ("offer", "batch", "drain", "delayed", "scale", "history")
+WORKLOADS = ("offer", "batch", "drain", "delayed", "scale", "history", "neighbour", "snapshot")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,9 +129,17 @@ def main(argv: list[str] | None = None) -> None:
         help="with N > 1, also measure `hourglass serve --workers N` (a second server on the "
         "same database) as one more column, round after round with the others",
     )
+    parser.add_argument(
+        "--hold-seconds",
+        type=float,
+        help="how long the snapshot workload holds its snapshot "
+        f"(default: {FULL.snapshot_hold:g} s, {QUICK.snapshot_hold:g} s with --quick)",
+    )
     args = parser.parse_args(argv)
 
     plan = QUICK if args.quick else FULL
+    if args.hold_seconds is not None:
+        plan = dataclasses.replace(plan, snapshot_hold=args.hold_seconds)
     peer_names = [name for name in args.peers.split(",") if name]
     workloads = {name for name in args.workloads.split(",") if name}
     if unknown := (set(peer_names) - set(PEER_NAMES)) | (workloads - set(WORKLOADS)):

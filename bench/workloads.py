@@ -42,6 +42,11 @@ class Plan:
     scale_future: int
     scale_polls: int
     bloat_messages: int
+    neighbour_ready: int  # queue A's ready messages beside queue B (bench/interference.py)
+    neighbour_quiet: int  # queue B's ready messages at the start of each round
+    neighbour_polls: int  # polls of one (and acks) timed on queue B per round
+    snapshot_messages: int  # the drain the snapshot is held during
+    snapshot_hold: float  # seconds the snapshot is held
 
 
 FULL = Plan(
@@ -59,6 +64,11 @@ FULL = Plan(
     scale_future=1_000_000,
     scale_polls=2_000,
     bloat_messages=200_000,
+    neighbour_ready=1_000_000,
+    neighbour_quiet=3_000,
+    neighbour_polls=1_000,
+    snapshot_messages=200_000,
+    snapshot_hold=60.0,
 )
 QUICK = Plan(
     rounds=1,
@@ -75,6 +85,11 @@ QUICK = Plan(
     scale_future=20_000,
     scale_polls=100,
     bloat_messages=5_000,
+    neighbour_ready=20_000,
+    neighbour_quiet=300,
+    neighbour_polls=100,
+    snapshot_messages=5_000,
+    snapshot_hold=1.0,
 )
 
 
