@@ -195,6 +195,23 @@ class Metrics:
         self._connections_open = Gauge(
             "hourglass_connections_open", "Client connections open", registry=self.registry
         )
+        self._listener_connected = Gauge(
+            "hourglass_listener_connected",
+            "1 while this process listens for other processes' notifications (PostgreSQL: "
+            "LISTEN); 0 while its long polls rely on re-checks alone",
+            registry=self.registry,
+        )
+        self._listener_reconnects = Counter(
+            "hourglass_listener_reconnects",
+            "Times the listener connected again after losing its connection",
+            registry=self.registry,
+        )
+        self._peers_told = Counter(
+            "hourglass_peer_notifications",
+            "Queue names sent to the other processes (several offers to one queue while a "
+            "notification is on its way go out as one)",
+            registry=self.registry,
+        )
         # Queue label -> the series made for it, by collector and the values of its
         # other labels: what forgetting the queue removes, and only that (up to
         # prometheus-client 0.21.1, removing a label set never made raises KeyError).
@@ -321,6 +338,17 @@ class Metrics:
 
     def watch_connections(self, open_connections: Callable[[], int]) -> None:
         self._connections_open.set_function(open_connections)
+
+    # -- what the link to other processes reports (storage's PeerEvents) ---------------
+
+    def listener_connected(self, connected: bool) -> None:
+        self._listener_connected.set(1 if connected else 0)
+
+    def listener_reconnected(self) -> None:
+        self._listener_reconnects.inc()
+
+    def peers_told(self, names: int) -> None:
+        self._peers_told.inc(names)
 
     def statement_sent(self) -> None:
         """One more statement sent to the database (the store calls it after each)."""
