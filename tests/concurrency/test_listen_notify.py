@@ -166,16 +166,31 @@ def test_only_messages_due_within_the_longest_wait_are_told_to_peers(postgresql_
         assert put(first, "later", "a", 1, delay=21).status_code == 201
         assert put(first, "within", "b", 1, delay=19).status_code == 201
         assert put(first, "now", "c", 1).status_code == 201
-        # An offer that fails writes nothing, and tells nothing.
-        assert first.post("/v1/queues/missing/messages/x", json={"payload": 1}).status_code == 404
-        told: list[str] = []
-        for notification in listening.notifies(timeout=STATE_TIMEOUT):
-            told.append(notification.payload)
-            if "now" in told:
-                break
+        told = _told_until(listening, "now")
         assert "later" not in told
-        assert "missing" not in told
         assert sorted(set(told)) == ["now", "within"]
+
+
+def test_an_offer_that_is_rolled_back_tells_nothing(postgresql_url):
+    truncate_all(postgresql_url)
+    with (
+        replica(postgresql_url, lock_timeout=0.2) as first,
+        psycopg.connect(_libpq(postgresql_url), autocommit=True) as listening,
+        psycopg.connect(_libpq(postgresql_url)) as holding,
+    ):
+        listening.execute(f"LISTEN {postgresql_peers.CHANNEL}")
+        assert put(first, "rolled-back", "x", 1).status_code == 201
+        _told_until(listening, "rolled-back")
+        # The update's transaction waits for the row's lock, gives up and is rolled back.
+        holding.execute(
+            'SELECT 1 FROM delayed_queue WHERE "pKey" = %s FOR UPDATE', ("x",)
+        ).fetchall()
+        assert put(first, "rolled-back", "x", 2).status_code == 503
+        holding.rollback()
+        # Nothing written, nothing told either.
+        assert first.post("/v1/queues/missing/messages/x", json={"payload": 1}).status_code == 404
+        assert put(first, "now", "c", 1).status_code == 201
+        assert _told_until(listening, "now") == ["now"]
 
 
 def test_the_listener_survives_the_end_of_its_connection(postgresql_url, monkeypatch):
@@ -274,6 +289,16 @@ def test_with_listen_off_a_replica_neither_tells_nor_listens(postgresql_url):
         assert put(first, "told", "b", 1).status_code == 201
         told = [n.payload for n in listening.notifies(timeout=STATE_TIMEOUT, stop_after=1)]
         assert told == ["told"]
+
+
+def _told_until(listening: psycopg.Connection, last: str) -> list[str]:
+    """The queues told on `listening` up to `last`."""
+    told: list[str] = []
+    for notification in listening.notifies(timeout=STATE_TIMEOUT):
+        told.append(notification.payload)
+        if notification.payload == last:
+            return told
+    raise AssertionError(f"{last!r} was never told; only {told}")
 
 
 def _libpq(url: str) -> str:
