@@ -69,6 +69,10 @@ def long_poll(pool: ThreadPoolExecutor, client: TestClient, queue: str) -> Futur
 
 
 def listener_pids(url: str) -> list[int]:
+    return backend_pids(url, postgresql_peers.LISTENER_NAME)
+
+
+def backend_pids(url: str, name: str) -> list[int]:
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as connection:
@@ -78,7 +82,7 @@ def listener_pids(url: str) -> list[int]:
                         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                         "AND application_name = :name"
                     ),
-                    {"name": postgresql_peers.LISTENER_NAME},
+                    {"name": name},
                 ).scalars()
             )
     finally:
@@ -238,6 +242,31 @@ def test_the_listener_survives_the_end_of_its_connection(postgresql_url, monkeyp
         offered = time.monotonic()
         answer, answered = polled.result(WAIT + 5)
         assert keys_of(answer) == ["after"]
+        assert answered - offered < PROMPTLY
+
+
+def test_a_notification_whose_connection_died_is_sent_again_on_a_new_one(postgresql_url):
+    truncate_all(postgresql_url)
+    settings = {"poll_recheck_seconds": NO_RECHECK}
+    with (
+        replica(postgresql_url, **settings) as first,
+        replica(postgresql_url, **settings) as second,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        assert put(first, "warm-up", "a", 1).status_code == 201  # opens the sender
+        wait_until(
+            lambda: len(backend_pids(postgresql_url, postgresql_peers.SENDER_NAME)) == 1,
+            STATE_TIMEOUT,
+            "the sender's connection",
+        )
+        terminate(postgresql_url, backend_pids(postgresql_url, postgresql_peers.SENDER_NAME))
+        started = waiting(second)
+        polled = long_poll(pool, second, "q")
+        assert started.wait(STATE_TIMEOUT)
+        assert put(first, "q", "now", 1).status_code == 201
+        offered = time.monotonic()
+        answer, answered = polled.result(WAIT + 5)
+        assert keys_of(answer) == ["now"]
         assert answered - offered < PROMPTLY
 
 

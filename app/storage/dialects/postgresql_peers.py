@@ -162,15 +162,23 @@ class PostgresPeers:
             try:
                 sender = await self._sender_connection()
                 await sender.execute(_NOTIFY, (names,))
-                self._events.peers_told(len(names))
-                failures = 0
             except (psycopg.Error, OSError) as error:
-                # Lost: the peers' re-checks find these messages.
                 failures += 1
-                if failures == 1:
-                    log.warning("could not notify peers (%s): their re-checks will", error)
                 await self._close_sender()
-                await self._pause(failures)
+                if failures == 1:
+                    # Most often a connection that died while idle (a restart): a new one
+                    # at once is likely to work.
+                    log.warning("could not notify peers (%s): trying again", error)
+                else:
+                    # Meanwhile the peers' re-checks find these messages.
+                    await self._pause(failures - 1)
+                for name in names:  # with whatever was told meanwhile
+                    self.tell(None if name == EVERY_QUEUE else name)
+                continue
+            if failures:
+                log.info("notifying peers again")
+                failures = 0
+            self._events.peers_told(len(names))
 
     async def _sender_connection(self) -> psycopg.AsyncConnection[Any]:
         if self._sender is None or self._sender.closed:
