@@ -10,9 +10,14 @@
    random 50–250 ms after the poll went out (so it is waiting) and offers through A one
    message due now, or due in 2 s. The figure: when the poll's answer arrived minus the
    message's due time (its `scheduled_at`), p50/p99 over --rounds per pair and kind.
+   With the listener on, due-now offers through B itself too: the floor (a local
+   wake-up), in the same run, that the machine's load sets.
 2. Cost: single offers at 32 clients through A (messages due now: each one tells peers),
    B running and listening, with notifications on and off (two pairs of replicas, all
-   four started at once), alternating, --repeats runs of --seconds each; the medians.
+   four started at once), alternating, --repeats runs of --seconds each; the medians of
+   the rate and of the CPU per offer (from /proc) of A, of B (the listener's reading),
+   and of the database's backends (the sender's NOTIFY and the listener's): CPU per
+   offer depends less on what else the machine runs than the rate does.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 import psycopg
 
+from bench.accounting import process_cpu
 from bench.hourglass import fresh_database
 from bench.http_client import Connection, event_loop_factory
 from tests.server import Server, running_server
@@ -86,8 +92,31 @@ def _epoch(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339).timestamp()
 
 
-async def _offers(server: Server, seconds: float, prefix: str) -> float:
-    """Single offers a second, OFFER_CLIENTS at once, due now."""
+def _backend_pids(dsn: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        return [
+            row[0]
+            for row in connection.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+        ]
+
+
+def _cpu(dsn: str, servers: list[Server]) -> dict[str, Any]:
+    """CPU seconds so far of each server and of each of the database's backends, by pid."""
+    return {
+        "servers": [process_cpu(server.pid) for server in servers],
+        "backends": {pid: process_cpu(pid) for pid in _backend_pids(dsn)},
+    }
+
+
+async def _offers(
+    dsn: str, server: Server, others: list[Server], seconds: float, prefix: str
+) -> dict[str, float]:
+    """Single offers through `server`, OFFER_CLIENTS at once, due now: a second, and the CPU
+    per offer (µs) of `server`, of `others`, and of the database's backends (a backend
+    that started meanwhile counted from zero)."""
     clients = [Connection("127.0.0.1", server.port) for _ in range(OFFER_CLIENTS)]
     counter = itertools.count()
     done = 0
@@ -103,13 +132,25 @@ async def _offers(server: Server, seconds: float, prefix: str) -> float:
         warm = time.perf_counter() + seconds / 4
         await asyncio.gather(*(offer(client, warm) for client in clients))
         done = 0
+        before = _cpu(dsn, [server, *others])
         started = time.perf_counter()
         until = started + seconds
         await asyncio.gather(*(offer(client, until) for client in clients))
-        return done / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        after = _cpu(dsn, [server, *others])
     finally:
         for client in clients:
             await client.close()
+    used = [b - a for a, b in zip(before["servers"], after["servers"], strict=True)]
+    backends = sum(cpu - before["backends"].get(pid, 0.0) for pid, cpu in after["backends"].items())
+    per_offer = 1e6 / done
+    return {
+        "rate": done / elapsed,
+        "server_us": used[0] * per_offer,
+        "others_us": sum(used[1:]) * per_offer,
+        "postgres_us": backends * per_offer,
+        "total_us": (sum(used) + backends) * per_offer,
+    }
 
 
 def _clear(dsn: str) -> None:
@@ -126,19 +167,27 @@ def wake_up(dsn: str, pairs: int, rounds: int, rounds_later: int) -> dict[str, d
             _replicas(dsn, listen) as (first, second),
             asyncio.Runner(loop_factory=event_loop_factory()) as loop,
         ):
-            for delay, count in ((0.0, rounds), (2.0, rounds_later)):
+            kinds = [(first, 0.0, rounds), (first, 2.0, rounds_later)]
+            if listen:  # the floor: offered through the polled replica itself
+                kinds.append((second, 0.0, rounds))
+            for through, delay, count in kinds:
 
-                async def all_pairs(delay: float = delay, count: int = count) -> list[float]:
+                async def all_pairs(
+                    through: Server = through, delay: float = delay, count: int = count
+                ) -> list[float]:
                     lists = await asyncio.gather(
                         *(
-                            _wake_ups(first, second, f"q{pair}-{delay:g}", delay, count)
+                            _wake_ups(through, second, f"q{pair}-{delay:g}", delay, count)
                             for pair in range(pairs)
                         )
                     )
                     return [value for values in lists for value in values]
 
                 late = loop.run(all_pairs())
-                name = f"listen {'on' if listen else 'off'}, due {'now' if not delay else 'in 2 s'}"
+                name = (
+                    f"listen {'on' if listen else 'off'}, due {'now' if not delay else 'in 2 s'}"
+                    + (", offered through B itself" if through is second else "")
+                )
                 figures[name] = {
                     "samples": len(late),
                     "p50_ms": _percentile(late, 0.5) * 1000,
@@ -149,26 +198,40 @@ def wake_up(dsn: str, pairs: int, rounds: int, rounds_later: int) -> dict[str, d
     return figures
 
 
-def cost(dsn: str, seconds: float, repeats: int) -> dict[str, float]:
+def cost(dsn: str, seconds: float, repeats: int) -> dict[str, dict[str, float]]:
     fresh_database(dsn)
-    rates: dict[str, list[float]] = {"on": [], "off": []}
+    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
     with (
-        _replicas(dsn, True) as (on, _listening),
-        _replicas(dsn, False) as (off, _idle),
+        _replicas(dsn, True) as (on, listening),
+        _replicas(dsn, False) as (off, idle),
         asyncio.Runner(loop_factory=event_loop_factory()) as loop,
     ):
         for number in range(repeats):
             order = ("on", "off") if number % 2 == 0 else ("off", "on")
             for mode in order:
                 _clear(dsn)
-                server = on if mode == "on" else off
-                rates[mode].append(loop.run(_offers(server, seconds, f"{mode}-{number}")))
+                server, other = (on, listening) if mode == "on" else (off, idle)
+                runs[mode].append(
+                    loop.run(_offers(dsn, server, [other], seconds, f"{mode}-{number}"))
+                )
             print(
-                f"run {number}: " + ", ".join(f"{m} {r[-1]:,.0f}/s" for m, r in rates.items()),
+                f"run {number}: "
+                + "; ".join(
+                    f"{mode} " + ", ".join(f"{k} {v:,.0f}" for k, v in values[-1].items())
+                    for mode, values in runs.items()
+                ),
                 flush=True,
             )
-    on_rate, off_rate = statistics.median(rates["on"]), statistics.median(rates["off"])
-    return {"on": on_rate, "off": off_rate, "on/off": on_rate / off_rate}
+    medians: dict[str, dict[str, float]] = {
+        mode: {key: statistics.median(run[key] for run in values) for key in values[0]}
+        for mode, values in runs.items()
+    }
+    medians["on/off"] = {
+        key: medians["on"][key] / medians["off"][key]
+        for key in medians["on"]
+        if medians["off"][key]
+    }
+    return medians
 
 
 def main() -> None:
