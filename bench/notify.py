@@ -12,7 +12,10 @@
    message's due time (its `scheduled_at`), p50/p99 over --rounds per pair and kind.
    With the listener on, due-now offers through B itself too: the floor (a local
    wake-up), in the same run, that the machine's load sets.
-2. Cost: single offers at 32 clients through A (messages due now: each one tells peers),
+2. Notice: offers one at a time through one replica, and the time from each answer
+   to its notification reaching a client LISTENing on the channel (the NOTIFY's own
+   share of a wake-up, without the polled replica's look and answer).
+3. Cost: single offers at 32 clients through A (messages due now: each one tells peers),
    B running and listening, with notifications on and off (two pairs of replicas, all
    four started at once), alternating, --repeats runs of --seconds each; the medians of
    the rate and of the CPU per offer (from /proc) of A, of B (the listener's reading),
@@ -198,6 +201,39 @@ def wake_up(dsn: str, pairs: int, rounds: int, rounds_later: int) -> dict[str, d
     return figures
 
 
+async def _told_after_answer(dsn: str, server: Server, offers: int) -> list[float]:
+    """Seconds from an offer's answer to its notification reaching a LISTENing client."""
+    listening = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    await listening.execute("LISTEN hourglass")
+    notifications = listening.notifies()
+    http = Connection("127.0.0.1", server.port)
+    after: list[float] = []
+    try:
+        for number in range(offers):
+            await http.json("PUT", f"/v1/queues/told/messages/k{number}", {"payload": 1}, (201,))
+            answered = time.perf_counter()
+            await notifications.__anext__()
+            after.append(time.perf_counter() - answered)
+            await asyncio.sleep(0.02)
+    finally:
+        await http.close()
+        await notifications.aclose()
+        await listening.close()
+    return after
+
+
+def notice(dsn: str, offers: int) -> dict[str, float]:
+    fresh_database(dsn)
+    with running_server(dsn) as server:
+        # asyncio's own loop: psycopg's notifies() waited forever under uvloop here.
+        after = asyncio.run(_told_after_answer(dsn, server, offers))
+    return {
+        "samples": len(after),
+        "p50_ms": _percentile(after, 0.5) * 1000,
+        "p99_ms": _percentile(after, 0.99) * 1000,
+    }
+
+
 def cost(dsn: str, seconds: float, repeats: int) -> dict[str, dict[str, float]]:
     fresh_database(dsn)
     runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
@@ -251,6 +287,7 @@ def main() -> None:
         arguments.seconds, arguments.repeats = 2.0, 1
     if not arguments.skip_wake_up:
         wake_up(arguments.dsn, arguments.pairs, arguments.rounds, arguments.rounds_later)
+    print("notification after the offer's answer:", notice(arguments.dsn, arguments.rounds * 4))
     if not arguments.skip_cost:
         print(
             "single offers, 32 clients:", cost(arguments.dsn, arguments.seconds, arguments.repeats)
