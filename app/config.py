@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     # Long polls wake at once on offers made through this process; this bounds how
     # late they notice messages offered through another replica.
     poll_recheck_seconds: float = Field(1.0, gt=0, le=20)
+    # On PostgreSQL, replicas tell each other of offers by LISTEN/NOTIFY, so long polls
+    # wake within milliseconds whichever replica took the offer (decision 19); off, they
+    # neither tell nor listen, and notice others' offers at their re-checks.
+    listen: bool = True
     # Every message that leaves a queue (acknowledged, dead-lettered, dropped) leaves
     # a row in delivery_history, kept this many seconds (7 days), then pruned.
     history: bool = True

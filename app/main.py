@@ -89,7 +89,16 @@ def create_app(
         storage = create_storage(settings, on_event_loop=True)
         storage.listen_statements(metrics.statement_sent)
         calls = StorageCalls(storage, settings.pool_size, settings.lock_timeout)
-        notifier = Notifier()
+        notifier = Notifier(clock=clock)
+        peers = (
+            storage.dialect.peers(storage.engine, notifier.wake, metrics)
+            if settings.listen
+            else None
+        )
+        app.state.peers = peers
+        if peers is not None:
+            notifier.peers = peers
+            peers.start()
         service = QueueService(
             storage,
             calls,
@@ -156,6 +165,8 @@ def create_app(
                 await pruner.stop()
             finally:
                 notifier.close()
+                if peers is not None:
+                    await peers.stop()
                 await calls.close()  # waits for calls in flight, then closes the storage
 
     app = FastAPI(

@@ -230,6 +230,25 @@ class Metrics:
             # Several processes: each writes its own count, the dead ones' go (mark_process_dead).
             multiprocess_mode="livesum",
         )
+        self._listener_connected = Gauge(
+            "hourglass_listener_connected",
+            "1 while this process listens for other processes' notifications (PostgreSQL: "
+            "LISTEN); 0 while its long polls rely on re-checks alone (with several "
+            "processes: 0 if any of them does not listen)",
+            registry=self.registry,
+            multiprocess_mode="livemin",
+        )
+        self._listener_reconnects = Counter(
+            "hourglass_listener_reconnects",
+            "Times the listener connected again after losing its connection",
+            registry=self.registry,
+        )
+        self._peers_told = Counter(
+            "hourglass_peer_notifications",
+            "Queue names sent to the other processes (several offers to one queue while a "
+            "notification is on its way go out as one)",
+            registry=self.registry,
+        )
         self._open_connections: Callable[[], int] | None = None
         self._exposed = self.registry
         if multiprocess_dir is not None:
@@ -375,6 +394,17 @@ class Metrics:
         """Write this process's count of open connections for the other processes' scrapes."""
         if self._open_connections is not None:
             self._connections_open.set(self._open_connections())
+
+    # -- what the link to other processes reports (storage's PeerEvents) ---------------
+
+    def listener_connected(self, connected: bool) -> None:
+        self._listener_connected.set(1 if connected else 0)
+
+    def listener_reconnected(self) -> None:
+        self._listener_reconnects.inc()
+
+    def peers_told(self, names: int) -> None:
+        self._peers_told.inc(names)
 
     def statement_sent(self) -> None:
         """One more statement sent to the database (the store calls it after each)."""

@@ -46,6 +46,7 @@ from app.domain.formats import (
 from app.domain.messages import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
+    MAX_WAIT_SECONDS,
     Finish,
     IfExists,
     Outcome,
@@ -68,7 +69,6 @@ DEFAULT_PUSH_CONCURRENCY = 4
 MAX_PUSH_CONCURRENCY = 100
 MAX_BATCH = 1000
 MAX_POLL = 1000
-MAX_WAIT_SECONDS = 20
 # Keys per per-key acknowledgement or release: a poll's most messages.
 MAX_LOCK_KEYS = MAX_POLL
 # Retry delays grow by at most this factor per delivery.

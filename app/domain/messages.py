@@ -112,6 +112,9 @@ class Claim:
 # escaped as 2) and queue names come to ~1,300 bytes, and the answer's own fields
 # (its lock id) fit in the rest. tests/unit/test_rendering.py checks the bound.
 POLL_MESSAGE_ENVELOPE_BYTES = 2048
+# The longest a poll waits for a message (SPEC §3, `wait`): a message due later than this
+# from now cannot end any wait early.
+MAX_WAIT_SECONDS = 20
 
 
 @dataclass(frozen=True, slots=True)

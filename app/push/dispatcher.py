@@ -140,7 +140,7 @@ class QueuePusher:
         self._stopping = True
         self._wake.set()
         # Wakes this pusher's waiting claim (and any poll of the queue, which looks again).
-        self.service.notifier.notify(self.queue)
+        self.service.notifier.wake(self.queue)
 
     async def finish(self, grace: float | None) -> None:
         """Stop claiming; let requests in flight end within `grace` seconds (None: however

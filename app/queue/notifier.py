@@ -1,4 +1,5 @@
-"""Wakes long polls in this process when their queue may have something to deliver."""
+"""Wakes long polls in this process when their queue may have something to deliver, and
+tells the other processes on the same database (its `Peers`) so they wake theirs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from app.clock import Clock, SystemClock
+from app.domain.messages import MAX_WAIT_SECONDS
+from app.queue.ports import Peers
+
+# A message due later than this from now can end no poll's wait early: peers are not told.
+LONGEST_WAIT_MS = MAX_WAIT_SECONDS * 1000
+
 
 class Notifier:
     """Per-queue wake-ups for waiting polls. Use from the event loop's thread only.
@@ -14,12 +22,17 @@ class Notifier:
     A waiting poll subscribes to its queue for as long as it waits, and takes a
     `ticket` *before* each look in the database, so an offer that lands between
     the look and the wait still wakes it. Only queues with subscribers are kept.
+
+    `notify` is called after a change is committed; it wakes this process's polls and
+    tells `peers` (when there are any), whose listeners call `wake` in their process.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, peers: Peers | None = None, clock: Clock | None = None) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._subscribers: Counter[str] = Counter()
         self.closed = False
+        self.peers = peers
+        self.clock = clock or SystemClock()
 
     @contextmanager
     def subscription(self, queue: str) -> Iterator[None]:
@@ -45,16 +58,31 @@ class Notifier:
                 self._events[queue] = event
         return event
 
-    def notify(self, queue: str) -> None:
-        """Wake every poll waiting on `queue`."""
-        event = self._events.pop(queue, None)
-        if event is not None:
-            event.set()
+    def notify(self, queue: str, due_at: int | None = None) -> None:
+        """Wake every poll waiting on `queue`, here and, unless the message that changed is
+        due (`due_at`, epoch ms; None: now or unknown) beyond the longest wait, in peers."""
+        self.wake(queue)
+        if self.peers is not None and (
+            due_at is None or due_at - self.clock.now_ms() <= LONGEST_WAIT_MS
+        ):
+            self.peers.tell(queue)
 
     def notify_every(self) -> None:
-        """Wake every waiting poll (after a change that may touch any queue)."""
-        events, self._events = self._events, {}
-        for event in events.values():
+        """Wake every waiting poll, here and in peers (after a change that may touch any queue)."""
+        self.wake(None)
+        if self.peers is not None:
+            self.peers.tell(None)
+
+    def wake(self, queue: str | None) -> None:
+        """Wake the polls of this process waiting on `queue` (None: on any queue); a peer's
+        news arrives here."""
+        if queue is None:
+            events, self._events = self._events, {}
+            for each in events.values():
+                each.set()
+            return
+        event = self._events.pop(queue, None)
+        if event is not None:
             event.set()
 
     def waiting(self, queue: str) -> int:

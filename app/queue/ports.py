@@ -161,6 +161,16 @@ class QueueStorage(Protocol):
     def schema_revision(self) -> str | None: ...
 
 
+class Peers(Protocol):
+    """The other processes serving the same database, told after a commit that a queue may
+    have a message due soon (on PostgreSQL by NOTIFY, app/storage/dialects/postgresql_peers.py;
+    on other databases there are none, and their long polls rely on re-checks)."""
+
+    def tell(self, queue: str | None) -> None:
+        """`queue` (None: every queue) may have something due; returns at once."""
+        ...
+
+
 class QueueEvents(Protocol):
     """What the service reports as it works (the app's metrics listen)."""
 

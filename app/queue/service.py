@@ -156,7 +156,7 @@ class QueueService:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
         self.events.offered(queue, (stored.outcome,))
         if stored.outcome is not Outcome.IGNORED:
-            self.notifier.notify(queue)
+            self.notifier.notify(queue, stored.scheduled_at)
         return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
 
     async def offer_many(
@@ -169,8 +169,13 @@ class QueueService:
             queue, partial(self.storage.messages.offer_many, queue, offers, now, may_use)
         )
         self.events.offered(queue, outcomes)
-        if any(outcome is not Outcome.IGNORED for outcome in outcomes):
-            self.notifier.notify(queue)
+        changed = [
+            offer.scheduled_at
+            for offer, outcome in zip(offers, outcomes, strict=True)
+            if outcome is not Outcome.IGNORED
+        ]
+        if changed:
+            self.notifier.notify(queue, min(changed))
         return outcomes
 
     def _to_offer(self, request: OfferRequest, now: int) -> Offer:
@@ -356,7 +361,8 @@ class QueueService:
 
         count = await self._on_lock(queue, lock_id, change)
         self.events.released(queue, count)
-        self.notifier.notify(queue)
+        # Each by its own retry delay: any of them may be due soon.
+        self.notifier.notify(queue, due if isinstance(due, int) else None)
 
     async def release_keys(
         self,
@@ -379,7 +385,7 @@ class QueueService:
         )
         if outcome.done:
             self.events.released(queue, len(outcome.done))
-            self.notifier.notify(queue)
+            self.notifier.notify(queue, due if isinstance(due, int) else None)
         return outcome
 
     async def _due_after_release(

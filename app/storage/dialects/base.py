@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from sqlalchemy import Table, event, select
 from sqlalchemy.engine import Connection, Engine
@@ -103,6 +103,27 @@ class Connections:
         event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
 
 
+class PeerEvents(Protocol):
+    """What a process's link to its peers reports (the app's metrics listen)."""
+
+    def listener_connected(self, connected: bool) -> None: ...
+
+    def listener_reconnected(self) -> None: ...
+
+    def peers_told(self, names: int) -> None: ...
+
+
+class PeerLink(Protocol):
+    """How a process tells the other processes on its database which queues may have news,
+    and hears theirs (the queue service's `Peers`, with its start and stop)."""
+
+    def tell(self, queue: str | None) -> None: ...
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Dialect:
     """What one database does differently; defaults fit databases without `UPDATE … RETURNING`."""
 
@@ -162,6 +183,14 @@ class Dialect:
     def connections(self, engine: Engine) -> Connections:
         """How the runner opens connections on `engine`: SQLAlchemy's way here."""
         return Connections(engine)
+
+    def peers(
+        self, engine: Engine, woken: Callable[[str | None], None], events: PeerEvents
+    ) -> PeerLink | None:
+        """The link to the other processes on the database, calling `woken(queue)` (None:
+        every queue) when they tell of news; None where the database has no way (their
+        long polls rely on re-checks)."""
+        return None
 
     def ping(self, engine: Engine) -> Callable[[Any], object]:
         """The ping of a pooled connection in doubt at checkout (see engine.py): the

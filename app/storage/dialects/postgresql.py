@@ -49,9 +49,12 @@ from app.storage.dialects.base import (
     UNACKNOWLEDGED_SECONDS,
     Connections,
     Dialect,
+    PeerEvents,
+    PeerLink,
     first_line,
 )
 from app.storage.dialects.postgresql_direct import DirectConnections, ping_within
+from app.storage.dialects.postgresql_peers import PostgresPeers
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
@@ -427,6 +430,15 @@ class PostgreSQLDialect(Dialect):
         if engine.dialect.is_async:
             return DirectConnections(engine, self.bounds.answer_deadline)
         return super().connections(engine)
+
+    def peers(
+        self, engine: Engine, woken: Callable[[str | None], None], events: PeerEvents
+    ) -> PeerLink:
+        """LISTEN/NOTIFY on connections of their own, opened as the pool's are (decision 19)."""
+        _, from_url = engine.dialect.create_connect_args(engine.url)
+        from_url.pop("context", None)  # SQLAlchemy's adapters, for its own connections
+        connect_args = {**from_url, **self.engine_options()["connect_args"]}
+        return PostgresPeers(connect_args, woken, events)
 
     def ping(self, engine: Engine) -> Callable[[Any], object]:
         if engine.dialect.is_async:
