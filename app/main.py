@@ -11,12 +11,11 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api.auth import BearerTokens, MetricsTokens, parse_metrics_tokens, parse_tokens
+from app.api.edge import HourglassApi, RequestEdge
 from app.api.errors import install_error_handlers
-from app.api.limits import RequestBodyLimits
+from app.api.limits import BodyLimits
 from app.api.openapi import install_openapi
-from app.api.request_id import RequestId
 from app.api.routes import cron, health, history, locks, messages, queues
-from app.api.timing import RequestTiming
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.console.routes import install_console
@@ -169,7 +168,7 @@ def create_app(
                     await peers.stop()
                 await calls.close()  # waits for calls in flight, then closes the storage
 
-    app = FastAPI(
+    app = HourglassApi(
         title="Hourglass",
         version=__version__,
         description=DESCRIPTION,
@@ -180,9 +179,12 @@ def create_app(
     )
     app.state.settings = settings
     app.state.metrics = Metrics(clock=clock, multiprocess_dir=metrics_dir)
-    app.add_middleware(RequestBodyLimits, max_bytes=settings.max_request_bytes)
-    app.add_middleware(RequestTiming, histogram=app.state.metrics.http_duration)
-    app.add_middleware(RequestId)
+    # Request ids, durations and body limits: one layer (app/api/edge.py).
+    app.add_middleware(
+        RequestEdge,
+        histogram=app.state.metrics.http_duration,
+        limits=BodyLimits(settings.max_request_bytes),
+    )
     # Outermost: before anything is read.
     if metrics_tokens := parse_metrics_tokens(settings.metrics_tokens):
         app.add_middleware(MetricsTokens, tokens=metrics_tokens)

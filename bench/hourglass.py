@@ -19,45 +19,130 @@ import psycopg
 from psycopg import sql
 from psycopg.types.array import ListBinaryDumper
 
+from app.config import Settings
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
+from app.storage.lease_sql import PAYLOAD_READ_BYTES
 from bench.http_client import Connection
 
 QUEUE = "bench"
 LEASE_SECONDS = 30
+# The bound on a poll's answer the service's statements take (HOURGLASS_MAX_POLL_BYTES).
+MAX_POLL_BYTES = Settings.model_fields["max_poll_bytes"].default
 
-_COLUMNS = '"pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially", "createdAt"'
+# The statements exactly as the service sends them on PostgreSQL (SQLAlchemy's
+# compilation for psycopg: the same text, casts and parameter names), so that the ceiling
+# runs what the service runs; tests/bench/test_ceiling_statements.py holds them to it.
+# A single offer (app/storage/messages.py).
 OFFER = (
-    f"INSERT INTO delayed_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
-    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
+    'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
+    '"scheduledAtInitially", "createdAt", priority) VALUES (%(pKey)s::VARCHAR, '
+    "%(pKind)s::VARCHAR, %(payload)s, %(scheduledAt)s::BIGINT, "
+    "%(scheduledAtInitially)s::BIGINT, %(createdAt)s::BIGINT, %(priority)s::SMALLINT) ON "
+    'CONFLICT ("pKey", "pKind") DO NOTHING RETURNING delayed_queue."pKey"'
 )
+# A batch's rows as arrays (app/storage/dialects/postgresql.py).
 OFFER_ROWS = (
-    f"INSERT INTO delayed_queue ({_COLUMNS}) "
-    "SELECT k, %s, p, s, s, %s FROM unnest(%s::varchar[], %s::bytea[], %s::bigint[]) AS t(k, p, s) "
-    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING "pKey"'
+    'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
+    '"scheduledAtInitially", "createdAt", priority) SELECT batch.key, %(queue)s::VARCHAR AS '
+    "anon_1, batch.payload, batch.scheduled_at, batch.scheduled_at AS scheduled_at__1, "
+    "%(now)s::BIGINT AS anon_2, batch.priority \nFROM unnest(%(keys)s::VARCHAR[], "
+    "%(payloads)s::BYTEA[], %(scheduled_ats)s::BIGINT[], %(priorities)s::SMALLINT[]) AS "
+    'batch(key, payload, scheduled_at, priority) ON CONFLICT ("pKey", "pKind") DO NOTHING '
+    'RETURNING delayed_queue."pKey"'
 )
-# The poll as the service sends it for a queue without a delivery limit
-# (app/storage/dialects/postgresql.py): the lease and the delivery counts.
-CLAIM = (
-    'UPDATE delayed_queue SET "scheduledAt" = %(lease_until)s, "lockUuid" = %(lock_id)s, '
-    "deliveries = delayed_queue.deliveries + 1, "
-    '"firstDeliveredAt" = coalesce(delayed_queue."firstDeliveredAt", %(now)s), '
-    '"lastDeliveredAt" = %(now)s '
-    'FROM (SELECT id, "scheduledAt" AS previous, deliveries AS previous_deliveries '
-    'FROM delayed_queue WHERE "pKind" = %(queue)s AND "scheduledAt" <= %(now)s '
-    'ORDER BY "scheduledAt" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked '
-    "WHERE delayed_queue.id = picked.id "
-    'RETURNING "pKey", payload, picked.previous, "scheduledAtInitially", "createdAt", '
-    'picked.previous_deliveries, "deadLetteredFrom"'
+# The poll of one, for a queue without a delivery limit: one range of the poll's index
+# per priority (issue 20), no running sums.
+CLAIM_ONE = (
+    'UPDATE delayed_queue SET "scheduledAt"=%(lease_until)s::BIGINT, '
+    '"lockUuid"=%(lock_id)s::VARCHAR, deliveries=(delayed_queue.deliveries + '
+    "%(deliveries_1)s::INTEGER), "
+    '"firstDeliveredAt"=coalesce(delayed_queue."firstDeliveredAt", %(now)s), '
+    '"lastDeliveredAt"=%(now)s::BIGINT FROM (SELECT candidates.id AS id, candidates.priority '
+    "AS priority, candidates.previous_scheduled_at AS previous_scheduled_at, "
+    "candidates.previous_lock_id AS previous_lock_id, candidates.previous_deliveries AS "
+    "previous_deliveries, candidates.previous_first_delivered_at AS "
+    "previous_first_delivered_at, candidates.previous_last_delivered_at AS "
+    "previous_last_delivered_at, candidates.payload_bytes AS payload_bytes \nFROM (VALUES "
+    "(9), (8), (7), (6), (5), (4), (3), (2), (1), (0)) AS priorities (priority) JOIN LATERAL "
+    "(SELECT delayed_queue.id AS id, delayed_queue.priority AS priority, "
+    'delayed_queue."scheduledAt" AS previous_scheduled_at, delayed_queue."lockUuid" AS '
+    "previous_lock_id, delayed_queue.deliveries AS previous_deliveries, "
+    'delayed_queue."firstDeliveredAt" AS previous_first_delivered_at, '
+    'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
+    "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
+    'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
+    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT ORDER BY '
+    'delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
+    "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked WHERE delayed_queue.id = "
+    'locked.id RETURNING delayed_queue.id, delayed_queue."pKey", CASE WHEN '
+    "(locked.payload_bytes <= %(payload_bytes_1)s::INTEGER) THEN delayed_queue.payload END "
+    "AS payload, locked.payload_bytes, locked.previous_scheduled_at, "
+    'delayed_queue."scheduledAtInitially", delayed_queue."createdAt", '
+    "locked.previous_lock_id, locked.previous_deliveries, "
+    "locked.previous_first_delivered_at, locked.previous_last_delivered_at, "
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority'
 )
-ACKNOWLEDGE = 'DELETE FROM delayed_queue WHERE "lockUuid" = %(lock_id)s AND "pKind" = %(queue)s'
+# The poll of more than one: the same, with the running sums that bound the answer.
+CLAIM_MANY = (
+    'UPDATE delayed_queue SET "scheduledAt"=%(lease_until)s::BIGINT, '
+    '"lockUuid"=%(lock_id)s::VARCHAR, deliveries=(delayed_queue.deliveries + '
+    "%(deliveries_1)s::INTEGER), "
+    '"firstDeliveredAt"=coalesce(delayed_queue."firstDeliveredAt", %(now)s), '
+    '"lastDeliveredAt"=%(now)s::BIGINT FROM (SELECT locked.id AS id, locked.priority AS '
+    "priority, locked.previous_scheduled_at AS previous_scheduled_at, "
+    "locked.previous_lock_id AS previous_lock_id, locked.previous_deliveries AS "
+    "previous_deliveries, locked.previous_first_delivered_at AS previous_first_delivered_at, "
+    "locked.previous_last_delivered_at AS previous_last_delivered_at, locked.payload_bytes "
+    "AS payload_bytes, locked.payload_bytes + %(payload_bytes_1)s::INTEGER AS size, "
+    "sum(locked.payload_bytes + %(payload_bytes_1)s::INTEGER) OVER (ORDER BY locked.priority "
+    "DESC, locked.previous_scheduled_at, locked.id ROWS BETWEEN UNBOUNDED PRECEDING AND "
+    "CURRENT ROW) AS answer_bytes, sum(locked.payload_bytes) OVER (ORDER BY locked.priority "
+    "DESC, locked.previous_scheduled_at, locked.id ROWS BETWEEN UNBOUNDED PRECEDING AND "
+    "CURRENT ROW) AS payloads_bytes \nFROM (SELECT candidates.id AS id, candidates.priority "
+    "AS priority, candidates.previous_scheduled_at AS previous_scheduled_at, "
+    "candidates.previous_lock_id AS previous_lock_id, candidates.previous_deliveries AS "
+    "previous_deliveries, candidates.previous_first_delivered_at AS "
+    "previous_first_delivered_at, candidates.previous_last_delivered_at AS "
+    "previous_last_delivered_at, candidates.payload_bytes AS payload_bytes \nFROM (VALUES "
+    "(9), (8), (7), (6), (5), (4), (3), (2), (1), (0)) AS priorities (priority) JOIN LATERAL "
+    "(SELECT delayed_queue.id AS id, delayed_queue.priority AS priority, "
+    'delayed_queue."scheduledAt" AS previous_scheduled_at, delayed_queue."lockUuid" AS '
+    "previous_lock_id, delayed_queue.deliveries AS previous_deliveries, "
+    'delayed_queue."firstDeliveredAt" AS previous_first_delivered_at, '
+    'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
+    "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
+    'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
+    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT ORDER BY '
+    'delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
+    "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked) AS picked WHERE "
+    "delayed_queue.id = picked.id AND (picked.answer_bytes <= %(max_bytes)s::BIGINT OR "
+    'picked.answer_bytes = picked.size) RETURNING delayed_queue.id, delayed_queue."pKey", '
+    "CASE WHEN (picked.payloads_bytes <= %(payloads_bytes_1)s::INTEGER) THEN "
+    "delayed_queue.payload END AS payload, picked.payload_bytes, "
+    'picked.previous_scheduled_at, delayed_queue."scheduledAtInitially", '
+    'delayed_queue."createdAt", picked.previous_lock_id, picked.previous_deliveries, '
+    "picked.previous_first_delivered_at, picked.previous_last_delivered_at, "
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority'
+)
+# The acknowledgement with HOURGLASS_HISTORY off.
+ACKNOWLEDGE = (
+    'DELETE FROM delayed_queue WHERE delayed_queue."lockUuid" = %(lock_id)s::VARCHAR AND '
+    'delayed_queue."pKind" = %(queue)s::VARCHAR'
+)
 # The acknowledgement with the delivery history recorded, in one statement.
 ACKNOWLEDGE_RECORDED = (
-    f"WITH gone AS ({ACKNOWLEDGE} RETURNING "
-    '"pKind", "pKey", "scheduledAtInitially", "createdAt", "firstDeliveredAt", '
-    '"lastDeliveredAt", deliveries) '
-    'INSERT INTO delivery_history (queue, key, "scheduledAt", "createdAt", "firstDeliveredAt", '
-    '"lastDeliveredAt", deliveries, outcome, "finishedAt") '
-    "SELECT gone.*, 'acknowledged', %(now)s FROM gone"
+    'WITH gone AS \n(DELETE FROM delayed_queue WHERE delayed_queue."lockUuid" = '
+    '%(lock_id)s::VARCHAR AND delayed_queue."pKind" = %(queue)s::VARCHAR RETURNING '
+    'delayed_queue."pKind", delayed_queue."pKey", delayed_queue."scheduledAtInitially", '
+    'delayed_queue."createdAt", delayed_queue."firstDeliveredAt", '
+    'delayed_queue."lastDeliveredAt", delayed_queue.deliveries)\n INSERT INTO '
+    'delivery_history (queue, key, "scheduledAt", "createdAt", "firstDeliveredAt", '
+    '"lastDeliveredAt", deliveries, outcome, "finishedAt") SELECT gone."pKind", gone."pKey", '
+    'gone."scheduledAtInitially", gone."createdAt", gone."firstDeliveredAt", '
+    'gone."lastDeliveredAt", gone.deliveries, %(outcome)s::VARCHAR AS anon_1, '
+    "%(now)s::BIGINT AS anon_2 \nFROM gone"
 )
+_COLUMNS = '"pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially", "createdAt"'
 PREFILL = (
     f"INSERT INTO delayed_queue ({_COLUMNS}) "
     "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
@@ -192,7 +277,18 @@ class CeilingWorker:
 
     async def offer(self, key: str, payload: bytes) -> None:
         now = now_ms()
-        cursor = await self.connection.execute(OFFER, (key, QUEUE, payload, now, now, now))
+        cursor = await self.connection.execute(
+            OFFER,
+            {
+                "pKey": key,
+                "pKind": QUEUE,
+                "payload": payload,
+                "scheduledAt": now,
+                "scheduledAtInitially": now,
+                "createdAt": now,
+                "priority": 0,
+            },
+        )
         assert await cursor.fetchone() is not None
 
     async def offer_batch(self, keys: Sequence[str], payload: bytes) -> None:
@@ -200,8 +296,17 @@ class CeilingWorker:
         async with self.connection.cursor() as cursor:
             for start in range(0, len(keys), INSERT_CHUNK):
                 chunk = list(keys[start : start + INSERT_CHUNK])
+                rows = len(chunk)
                 await cursor.execute(
-                    OFFER_ROWS, (QUEUE, now, chunk, [payload] * len(chunk), [now] * len(chunk))
+                    OFFER_ROWS,
+                    {
+                        "queue": QUEUE,
+                        "now": now,
+                        "keys": chunk,
+                        "payloads": [payload] * rows,
+                        "scheduled_ats": [now] * rows,
+                        "priorities": [0] * rows,
+                    },
                 )
                 await cursor.fetchall()
 
@@ -214,15 +319,25 @@ class CeilingWorker:
             "limit": limit,
             "lock_id": lock_id,
             "lease_until": now + LEASE_SECONDS * 1000,
+            "deliveries_1": 1,
         }
-        cursor = await self.connection.execute(CLAIM, parameters)
+        if limit > 1:  # as the service's poll of more than one, with its bound on the answer
+            statement = CLAIM_MANY
+            parameters["payload_bytes_1"] = POLL_MESSAGE_ENVELOPE_BYTES
+            parameters["payloads_bytes_1"] = PAYLOAD_READ_BYTES
+            parameters["max_bytes"] = MAX_POLL_BYTES
+        else:
+            statement = CLAIM_ONE
+            parameters["payload_bytes_1"] = PAYLOAD_READ_BYTES
+        cursor = await self.connection.execute(statement, parameters)
         taken = Taken(await cursor.fetchall())
         taken.lock_id = lock_id
         return taken
 
     async def finish(self, taken: Taken) -> None:
         await self.connection.execute(
-            self.acknowledge, {"lock_id": taken.lock_id, "queue": QUEUE, "now": now_ms()}
+            self.acknowledge,
+            {"lock_id": taken.lock_id, "queue": QUEUE, "now": now_ms(), "outcome": "acknowledged"},
         )
 
     async def close(self) -> None:

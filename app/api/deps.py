@@ -19,6 +19,14 @@ async def get_service(request: Request) -> QueueService:
     return request.app.state.service
 
 
+def service_of(request: Request) -> QueueService:
+    """The service, for the routes of messages and leases (most requests), which take the
+    `Request` and call this instead of a `Service` dependency: FastAPI solves each
+    sub-dependency recursively on every request, ~100 `isinstance` calls and a few
+    percent of an empty poll's CPU (bench/RESULTS.md, issue 19)."""
+    return request.app.state.service
+
+
 async def get_lists(request: Request) -> QueueLists:
     return request.app.state.lists
 

@@ -9,9 +9,9 @@ by the server (app/server.py), which marks a request whose body is late.
 from __future__ import annotations
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope
 
-from app.api.errors import ProblemError, problem_from
+from app.api.errors import ProblemError
 
 REQUEST_TOO_LARGE = "request-too-large"
 REQUEST_TIMEOUT = "request-timeout"
@@ -19,42 +19,41 @@ REQUEST_TIMEOUT = "request-timeout"
 BODY_LATE = "hourglass.body_late"
 
 
-class RequestBodyLimits:
-    """Refuse bodies over `max_bytes` (413), and bodies the server marked late (408; the
-    server closes the connection after it: the rest of such a body is not worth reading)."""
+class BodyLimits:
+    """Bodies over `max_bytes` are refused (413), and bodies the server marked late (408;
+    the server closes the connection after it: the rest of such a body is not worth
+    reading). The request's layer (app/api/edge.py) asks it of every HTTP request."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
 
-    def _too_large(self) -> ProblemError:
+    def too_large(self) -> ProblemError:
         return ProblemError(
             413, f"request body is larger than {self.max_bytes} bytes", slug=REQUEST_TOO_LARGE
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def declared_too_large(self, scope: Scope) -> bool:
+        """Whether the request's Content-Length alone says its body is too large."""
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await problem_from(self._too_large())(scope, receive, send)
-            return
+        return declared is not None and declared.isdigit() and int(declared) > self.max_bytes
 
+    def limited(self, scope: Scope, receive: Receive) -> Receive:
+        """`receive`, raising the 413 or 408 as the body arrives (inside the body read: the
+        app's error handlers render them)."""
         received = 0
+        max_bytes = self.max_bytes
 
         async def limited_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                # Raised inside the body read: the app's error handlers render them.
-                if received > self.max_bytes:
-                    raise self._too_large()
+                if received > max_bytes:
+                    raise self.too_large()
                 if message.get("more_body") and scope.get(BODY_LATE):
                     raise ProblemError(
                         408, "the request body did not arrive in time", slug=REQUEST_TIMEOUT
                     )
             return message
 
-        await self.app(scope, limited_receive, send)
+        return limited_receive

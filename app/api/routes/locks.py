@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from app.api.deps import Service
+from app.api.deps import service_of
 from app.api.openapi import problem_responses
 from app.api.rendering import poll_response
 from app.api.schemas import (
@@ -31,11 +31,9 @@ _LOCK_ERRORS = problem_responses(404, 422, 503)
     summary="Lease due messages, oldest first; with `wait`, until one is due",
     responses=problem_responses(413, 422, 503),
 )
-async def poll(
-    queue: QueueName, service: Service, request: Request, body: PollRequest | None = None
-) -> Response:
+async def poll(queue: QueueName, request: Request, body: PollRequest | None = None) -> Response:
     body = body or PollRequest()
-    lease = await service.poll(
+    lease = await service_of(request).poll(
         queue,
         limit=body.max,
         lease_seconds=body.lease,
@@ -51,8 +49,8 @@ async def poll(
     summary="Acknowledge: delete every message the lock still holds",
     responses=_LOCK_ERRORS,
 )
-async def acknowledge(queue: QueueName, lock_id: str, service: Service) -> Response:
-    await service.acknowledge(queue, lock_id)
+async def acknowledge(queue: QueueName, lock_id: str, request: Request) -> Response:
+    await service_of(request).acknowledge(queue, lock_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -67,9 +65,9 @@ async def acknowledge(queue: QueueName, lock_id: str, service: Service) -> Respo
     responses=problem_responses(413, 422, 503),
 )
 async def acknowledge_keys(
-    queue: QueueName, lock_id: str, body: AcknowledgeRequest, service: Service
+    queue: QueueName, lock_id: str, body: AcknowledgeRequest, request: Request
 ) -> AcknowledgeResponse:
-    outcome = await service.acknowledge_keys(queue, lock_id, body.keys)
+    outcome = await service_of(request).acknowledge_keys(queue, lock_id, body.keys)
     return AcknowledgeResponse(acknowledged=list(outcome.done), missing=list(outcome.missing))
 
 
@@ -79,9 +77,10 @@ async def acknowledge_keys(
     responses=problem_responses(404, 413, 422, 503),
 )
 async def extend(
-    queue: QueueName, lock_id: str, body: ExtendRequest, service: Service
+    queue: QueueName, lock_id: str, body: ExtendRequest, request: Request
 ) -> ExtendResponse:
-    return ExtendResponse(lease_expires_at=await service.extend(queue, lock_id, body.lease))
+    lease_expires_at = await service_of(request).extend(queue, lock_id, body.lease)
+    return ExtendResponse(lease_expires_at=lease_expires_at)
 
 
 @router.post(
@@ -99,8 +98,9 @@ async def extend(
     },
 )
 async def release(
-    queue: QueueName, lock_id: str, service: Service, body: ReleaseRequest | None = None
+    queue: QueueName, lock_id: str, request: Request, body: ReleaseRequest | None = None
 ) -> Response:
+    service = service_of(request)
     body = body or ReleaseRequest()
     if body.keys is None:
         await service.release(queue, lock_id, body.delay)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
-from app.api.deps import AllowedQueues, Lists, Service
+from app.api.auth import queue_filter
+from app.api.deps import Lists, service_of
 from app.api.openapi import problem_responses
 from app.api.rendering import batch_response, message_list_response, message_response
 from app.api.schemas import (
@@ -48,11 +49,10 @@ async def put_message(
     queue: QueueName,
     key: MessageKey,
     body: PutMessage,
+    request: Request,
     response: Response,
-    service: Service,
-    allowed: AllowedQueues,
 ) -> OfferResponse:
-    result = await service.offer(
+    result = await service_of(request).offer(
         queue,
         OfferRequest(
             key=key,
@@ -61,7 +61,7 @@ async def put_message(
             if_exists=body.if_exists,
             priority=body.priority,
         ),
-        allowed,
+        queue_filter(request.scope),
     )
     if result.outcome is not Outcome.CREATED:
         response.status_code = status.HTTP_200_OK
@@ -74,12 +74,12 @@ async def put_message(
     responses=problem_responses(404, 413, 422, 503),
 )
 async def update_message(
-    queue: QueueName, key: MessageKey, body: UpdateMessage, service: Service, allowed: AllowedQueues
+    queue: QueueName, key: MessageKey, body: UpdateMessage, request: Request
 ) -> OfferResponse:
-    result = await service.update(
+    result = await service_of(request).update(
         queue,
         OfferRequest(key=key, payload=body.payload, when=body.when(), priority=body.priority),
-        allowed,
+        queue_filter(request.scope),
     )
     return _offer_response(result)
 
@@ -91,9 +91,9 @@ async def update_message(
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
 )
 async def create_message(
-    queue: QueueName, body: UpdateMessage, response: Response, service: Service
+    queue: QueueName, body: UpdateMessage, request: Request, response: Response
 ) -> OfferResponse:
-    result = await service.offer_new(queue, body.payload, body.when(), body.priority)
+    result = await service_of(request).offer_new(queue, body.payload, body.when(), body.priority)
     response.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
     return _offer_response(result)
 
@@ -128,7 +128,8 @@ async def list_messages(
     summary="Read a message",
     responses=problem_responses(404, 422, 503),
 )
-async def get_message(queue: QueueName, key: MessageKey, service: Service) -> Response:
+async def get_message(queue: QueueName, key: MessageKey, request: Request) -> Response:
+    service = service_of(request)
     message = await service.get(queue, key)
     return message_response(message, service.state_of(message))
 
@@ -139,8 +140,8 @@ async def get_message(queue: QueueName, key: MessageKey, service: Service) -> Re
     summary="Delete a message, leased or not",
     responses=problem_responses(404, 422, 503),
 )
-async def delete_message(queue: QueueName, key: MessageKey, service: Service) -> Response:
-    await service.delete(queue, key)
+async def delete_message(queue: QueueName, key: MessageKey, request: Request) -> Response:
+    await service_of(request).delete(queue, key)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -150,9 +151,7 @@ async def delete_message(queue: QueueName, key: MessageKey, service: Service) ->
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
 )
-async def offer_batch(
-    queue: QueueName, body: BatchRequest, service: Service, allowed: AllowedQueues
-) -> Response:
+async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) -> Response:
     requests = [
         OfferRequest(
             key=item.key,
@@ -163,5 +162,5 @@ async def offer_batch(
         )
         for item in body.messages
     ]
-    outcomes = await service.offer_many(queue, requests, allowed)
+    outcomes = await service_of(request).offer_many(queue, requests, queue_filter(request.scope))
     return batch_response([request.key for request in requests], outcomes)
