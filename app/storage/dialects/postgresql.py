@@ -271,7 +271,9 @@ def _copy_rows(connection: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
                 copy.write_row(row)
     except psycopg.Error as error:
         # As SQLAlchemy would raise it from execute(), so the runner reads it alike.
-        disconnected = connection.dialect.is_disconnect(error, driver, None)
+        disconnected = connection.dialect.is_disconnect(
+            cast(Any, error), connection.connection.dbapi_connection, None
+        )
         if disconnected:
             connection.invalidate(error)
         raise DBAPIError.instance(
