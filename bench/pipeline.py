@@ -62,8 +62,9 @@ def _dataset(path: Path, rows: int) -> None:
     )
 
 
-def ceiling(dsn: str, rows: int, connections: int) -> float:
-    """Rows a second the store's batch INSERT reaches with no Spark and no Python checks."""
+def ceiling(dsn: str, rows: int, connections: int) -> dict[str, float]:
+    """Rows a second the store's batch INSERT reaches with no Spark and no Python checks,
+    and its CPU seconds: the client's (this process) and its backends'."""
     keys = [f"user-{n}" for n in range(rows)]
     payloads = [_payload(n).encode() for n in range(rows)]
     share = -(-rows // connections)
@@ -94,15 +95,23 @@ def ceiling(dsn: str, rows: int, connections: int) -> float:
             errors.append(error)
 
     threads = [threading.Thread(target=insert, args=(part,)) for part in range(connections)]
+    split = CpuSplit(-1, dsn.rsplit("/", 1)[1])  # its backends, from /proc
     started = time.perf_counter()
+    cpu_started = time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    client = time.process_time() - cpu_started
+    backends = split.stop().get("postgresql", 0.0)
     if errors:
         raise errors[0]
-    return rows / elapsed
+    return {
+        "ceiling": rows / elapsed,
+        "ceiling_cpu_client_s": client,
+        "ceiling_cpu_postgresql_s": backends,
+    }
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -245,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
         _dataset(path, args.rows)
         for _ in range(args.rounds):  # interleaved, so drift in the machine hits both
             _empty(args.database_url)
-            figures["ceiling"].append(ceiling(args.database_url, args.rows, cores))
+            for name, value in ceiling(args.database_url, args.rows, cores).items():
+                figures.setdefault(name, []).append(value)
             _empty(args.database_url)
             for name, value in hourglass_import(args.database_url, path, args.rows).items():
                 figures.setdefault(name, []).append(value)
@@ -264,6 +274,15 @@ def main(argv: list[str] | None = None) -> None:
         "import CPU seconds (medians): "
         + ", ".join(f"{name[4:-2].replace('_', ' ')} {medians[name]:.1f}" for name in parts)
         + f"; load average {medians['load_average']:.1f}"
+    )
+    ceiling_cpu = medians["ceiling_cpu_client_s"] + medians["ceiling_cpu_postgresql_s"]
+    import_cpu = sum(medians[name] for name in parts)
+    print(
+        f"CPU per row: ceiling {ceiling_cpu / args.rows * 1e6:.1f} µs "
+        f"(client {medians['ceiling_cpu_client_s'] / args.rows * 1e6:.1f}, PostgreSQL "
+        f"{medians['ceiling_cpu_postgresql_s'] / args.rows * 1e6:.1f}); import "
+        f"{import_cpu / args.rows * 1e6:.1f} µs, Spark's start included "
+        f"(ceiling / import: x{ceiling_cpu / import_cpu:.2f})"
     )
     if args.json:
         args.json.write_text(
