@@ -274,7 +274,7 @@ def _needs_pipeline_extra() -> None:
 
 
 def _add_pipeline(commands) -> None:
-    from app.pipeline import BATCH_SIZE, FORMATS
+    from app.pipeline import FORMATS
 
     pipeline = commands.add_parser("pipeline", help="Spark jobs: bulk import, delivery reports")
     jobs = pipeline.add_subparsers(dest="job", required=True)
@@ -307,7 +307,7 @@ def _add_pipeline(commands) -> None:
         help="when a key is scheduled already (default: update, as the API)",
     )
     job.add_argument("--rejects", help="where invalid rows go, as Parquet (default: INPUT.rejects)")
-    job.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
+    job.add_argument("--batch-size", type=int, default=None, help=argparse.SUPPRESS)
     job.set_defaults(run=_pipeline_import)
 
     report = jobs.add_parser(

@@ -299,6 +299,23 @@ def clean_database(database: Database) -> Database:
     return database
 
 
+@pytest.fixture(params=["chunks", "bulk"])
+def batch_insert_path(request: pytest.FixtureRequest, database: Database, monkeypatch) -> str:
+    """Which way a batch offer inserts its new keys: the chunked INSERTs of offer_many, or
+    offer_bulk's bulk path (COPY into a staging table, then one INSERT … SELECT), where
+    the database has one. With "bulk" every batch offer of the test, over HTTP or
+    straight to the store, goes through the bulk path, so its outcomes, rows and counts
+    are held to the batch offer's tests."""
+    from app.storage.dialects import for_engine_url
+    from app.storage.messages import SqlMessages
+
+    if request.param == "bulk":
+        if for_engine_url(database.url).bulk_rows is None:
+            pytest.skip(f"{database.name} has no bulk path: offer_bulk is offer_many there")
+        monkeypatch.setattr(SqlMessages, "_insert_in_chunks", SqlMessages._insert_in_bulk)
+    return request.param
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -20,12 +20,15 @@ _CONTAINERS = (dict, list, tuple)  # what the encoder writes as objects and arra
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def encode_payload(value: Any, max_bytes: int) -> bytes:
+def encode_payload(value: Any, max_bytes: int, *, nesting_checked: bool = False) -> bytes:
     """The stored form of a JSON value: InvalidPayload if it is none, PayloadTooDeep past
-    MAX_PAYLOAD_DEPTH levels, PayloadTooLarge past `max_bytes` encoded."""
+    MAX_PAYLOAD_DEPTH levels, PayloadTooLarge past `max_bytes` encoded.
+
+    `nesting_checked`: the caller knows the value nests no deeper than the limit (the
+    import counts a text's brackets), so it is not measured again."""
     # Measured before encoding: the encoder recurses, and may give up on a value the
     # request's parser (higher up the stack) could still build.
-    if nesting_depth(value, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
+    if not nesting_checked and nesting_depth(value, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
         raise PayloadTooDeep(
             f"payload nests arrays and objects more than {MAX_PAYLOAD_DEPTH} levels deep"
         )

@@ -1,8 +1,10 @@
 """`hourglass pipeline import`: schedule every valid row of a dataset, from Spark's executors.
 
-Each executor writes its partitions through the service's own storage code
-(storage.messages.offer_many, the batch offer of the HTTP API), so a row is
-created, updated or ignored exactly as the same offer over HTTP would be. Keys
+Each executor checks its rows a batch at a time by the API's rules
+(app/pipeline/batches.py) and writes them through the service's own storage code
+(storage.messages.offer_bulk: the batch offer of the HTTP API, whose new keys go
+in by COPY on PostgreSQL, decision 20), so a row is created, updated or ignored
+exactly as the same offer over HTTP would be. Keys
 make it idempotent: a second run, or a run after a crash half-way, schedules
 every valid row once.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -80,7 +83,7 @@ def run_import(
     if_exists: IfExists,
     now_ms: int,
     max_payload_bytes: int,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     progress=None,
 ) -> ImportCounts:
     """Check, offer and count every row in one pass; write the rejects; the counts,
@@ -142,13 +145,10 @@ _OUTPUT = (
     "queue string, key string, payload string, scheduled_at string, priority string, "
     "reason string, seen long, created long, updated long, ignored long"
 )
-_NORMALIZED = (*transforms.FIELDS, "input_error")
 _REJECT_COLUMNS = (*transforms.FIELDS, "reason")
 _OUTPUT_ARROW = pa.schema(
     [(name, pa.string()) for name in _REJECT_COLUMNS] + [(name, pa.int64()) for name in _COUNTS]
 )
-# Rejects per output batch.
-_REJECTS_BATCH = 10_000
 
 
 def _check_and_write(
@@ -156,68 +156,72 @@ def _check_and_write(
     if_exists: IfExists,
     now_ms: int,
     max_payload_bytes: int,
-    batch_size: int,
+    batch_size: int | None,
     seen,
     written,
 ):
-    """What each executor runs on a partition: judge every row, offer the winners in
-    batches through the service's batch-offer code, and yield the rejects and a count."""
+    """What each executor runs on a partition: judge every row (a batch at a time,
+    app/pipeline/batches.py), offer the winners in batches through the service's
+    batch-offer code (offer_bulk), and yield the rejects and a count."""
 
     def work(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from app.config import Settings
+        from app.pipeline.batches import KeyGroups, check_batch
         from app.storage.engine import create_storage
 
         store = create_storage(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
+        # Offers per call: as many as the bulk path takes in one go, where there is one.
+        per_call = batch_size or store.dialect.bulk_rows or BATCH_SIZE
         counts: Counter[str] = Counter()
         pending: dict[str, list[Offer]] = {}
-        rejects: list[transforms.Row] = []
+        groups = KeyGroups()
 
-        def rows() -> Iterator[transforms.Row]:
-            for batch in batches:
-                # Tuples straight from Arrow's columns: no per-row dict.
-                yield from zip(*(batch.column(name).to_pylist() for name in _NORMALIZED))
-                counts["seen"] += batch.num_rows
-                seen.add(batch.num_rows)
+        def offer(winners: list) -> None:
+            for queue, key, payload, due, priority in winners:
+                offers = pending.setdefault(queue, [])
+                offers.append(Offer(key, payload, due, if_exists, priority))
+                if len(offers) >= per_call:
+                    flush(queue)
 
         def flush(queue: str) -> None:
             offers = pending.pop(queue)
             counts.update(
-                outcome.value for outcome in store.messages.offer_many(queue, offers, now_ms)
+                outcome.value for outcome in store.messages.offer_bulk(queue, offers, now_ms)
             )
             written.add(len(offers))
 
         try:
-            for row, checked in transforms.judge(
-                rows(), now_ms=now_ms, max_payload_bytes=max_payload_bytes
-            ):
-                if checked.reason is None:
-                    queue, key = row[0], row[1]
-                    # A row without a reason has all of these (app/pipeline/rows.py).
-                    assert queue and key and checked.payload and checked.scheduled_at is not None
-                    offers = pending.setdefault(queue, [])
-                    offers.append(
-                        Offer(
-                            key, checked.payload, checked.scheduled_at, if_exists, checked.priority
-                        )
-                    )
-                    if len(offers) >= batch_size:
-                        flush(queue)
-                    continue
-                rejects.append((*row[:5], checked.reason))  # the fields, then why
-                if len(rejects) >= _REJECTS_BATCH:
-                    yield _batch(rejects)
+            for batch in batches:
+                counts["seen"] += batch.num_rows
+                seen.add(batch.num_rows)
+                verdicts = check_batch(batch, now_ms=now_ms, max_payload_bytes=max_payload_bytes)
+                rejected = pc.is_valid(verdicts.reasons)
+                if pc.any(rejected).as_py():
+                    yield _rejects(batch.filter(rejected), pc.filter(verdicts.reasons, rejected))
+                winners, duplicates = groups.add(batch, verdicts)
+                if duplicates:
+                    yield _batch([(*fields, Reason.DUPLICATE_KEY) for fields in duplicates])
+                offer(winners)
+            offer(groups.finish())
             for queue in list(pending):
                 flush(queue)
         finally:
             store.close()
-        if rejects:
-            yield _batch(rejects)
         yield pa.RecordBatch.from_pydict(
             {name: [None] for name in _REJECT_COLUMNS} | {name: [counts[name]] for name in _COUNTS},
             schema=_OUTPUT_ARROW,
         )
 
     return work
+
+
+def _rejects(rows: pa.RecordBatch, reasons: pa.Array) -> pa.RecordBatch:
+    """Rejected rows as an output batch: their fields as read, and why."""
+    nothing = pa.nulls(len(rows), pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [*(rows.column(name) for name in transforms.FIELDS), reasons] + [nothing] * len(_COUNTS),
+        schema=_OUTPUT_ARROW,
+    )
 
 
 def _batch(rejects: list[tuple]) -> pa.RecordBatch:

@@ -3,7 +3,7 @@ and next due time, and purging a queue."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -120,19 +120,64 @@ class SqlMessages:
         would ignore it at the moment of that read. The rest take the one-by-one
         path of a single offer (and its rule for a dead letter's origin, by `may_use`).
         """
-        first_index: dict[str, int] = {}
-        for index, offer in enumerate(offers):
-            self.dialect.check_payload(offer.payload)  # before anything is written
-            first_index.setdefault(offer.key, index)
+        return self._offer_batch(queue, offers, now, may_use, self._insert_in_chunks)
 
+    def offer_bulk(
+        self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
+    ) -> list[Outcome]:
+        """offer_many for bulk loads (the import), with the same outcomes, rows and counts.
+
+        Only the first step differs where the dialect has a bulk path (PostgreSQL:
+        COPY into a staging table, then one INSERT … SELECT … ON CONFLICT DO NOTHING
+        RETURNING per `dialect.bulk_rows` first occurrences, decision 20): the keys
+        it did not insert go on exactly as in offer_many. Elsewhere, offer_many.
+        """
+        if self.dialect.bulk_rows is None:
+            return self.offer_many(queue, offers, now, may_use)
+        return self._offer_batch(queue, offers, now, may_use, self._insert_in_bulk)
+
+    def _insert_in_chunks(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
+        """Insert `firsts` (distinct keys) whose keys are free, INSERT_CHUNK rows a
+        statement, each its own transaction; the keys that went in."""
         created: set[str] = set()
-        firsts = [offers[index] for index in first_index.values()]
         for chunk in self.inserts.chunks(firsts):
 
             def insert(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[str]:
                 return self.inserts.many(connection, queue, chunk, now)
 
             created.update(self.runner.autocommit(insert))
+        return created
+
+    def _insert_in_bulk(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
+        """Insert `firsts` (distinct keys) whose keys are free through the dialect's bulk
+        path, `dialect.bulk_rows` a transaction; the keys that went in."""
+        created: set[str] = set()
+        assert self.dialect.bulk_rows is not None  # offer_bulk checked
+        for chunk in chunks(firsts, self.dialect.bulk_rows):
+
+            def insert(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[str]:
+                return self.dialect.insert_bulk(connection, queue, chunk, now)
+
+            created.update(self.runner.transaction(insert))
+        return created
+
+    def _offer_batch(
+        self,
+        queue: str,
+        offers: Sequence[Offer],
+        now: int,
+        may_use: QueueFilter,
+        insert_firsts: Callable[[str, Sequence[Offer], int], set[str]],
+    ) -> list[Outcome]:
+        """offer_many, with `insert_firsts` inserting the first occurrence of each key
+        unless it exists (and telling which went in)."""
+        first_index: dict[str, int] = {}
+        for index, offer in enumerate(offers):
+            self.dialect.check_payload(offer.payload)  # before anything is written
+            first_index.setdefault(offer.key, index)
+
+        firsts = [offers[index] for index in first_index.values()]
+        created = insert_firsts(queue, firsts, now)
 
         unchanged = self._unchanged(
             queue,

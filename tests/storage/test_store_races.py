@@ -6,7 +6,12 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from app.domain.messages import IfExists, Offer, Outcome
+
+# Every test here runs through both ways a batch offer inserts (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("batch_insert_path")
 
 NOW = 1_000_000
 

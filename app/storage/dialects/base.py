@@ -17,6 +17,7 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
+from app.domain.messages import Offer
 from app.storage import lease_sql, sql
 
 # Opening a connection gives up after this long (a server that accepts TCP but never
@@ -162,6 +163,9 @@ class Dialect:
     claims_in_one_statement = False
     # Whether `removed_keys` is one statement, likewise.
     removes_keys_in_one_statement = False
+    # First occurrences per transaction of `insert_bulk`, where the dialect has that
+    # bulk path for offer_bulk; None: offer_bulk is offer_many.
+    bulk_rows: int | None = None
 
     def __init__(self, bounds: Bounds | None = None) -> None:
         self.bounds = bounds or Bounds()
@@ -210,6 +214,14 @@ class Dialect:
         the key; SQLAlchemy sends it for many rows as multi-row VALUES.
         """
         return connection.execute(insert_one, rows).scalars().all()
+
+    def insert_bulk(
+        self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
+    ) -> Sequence[str]:
+        """Insert `offers` (distinct keys, at most `bulk_rows`) whose keys are free, in the
+        caller's transaction, in input order; the keys that went in. Only where
+        `bulk_rows` is set."""
+        raise NotImplementedError
 
     def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while

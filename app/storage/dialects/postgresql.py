@@ -6,13 +6,16 @@ import hashlib
 from collections.abc import Callable, Sequence
 from functools import cache
 from select import POLLIN, poll
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psycopg
 from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import (
     BigInteger,
+    Column,
+    Identity,
     LargeBinary,
+    MetaData,
     SmallInteger,
     String,
     Table,
@@ -32,13 +35,15 @@ from sqlalchemy import (
 )
 from sqlalchemy import insert as insert_into
 from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql.psycopg import dialect as postgresql_dialect
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql import ClauseElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Offer
 from app.storage import lease_sql, sql
 from app.storage.dialects.base import (
     ANSWER_GRACE_SECONDS,
@@ -53,7 +58,7 @@ from app.storage.dialects.base import (
     PeerLink,
     first_line,
 )
-from app.storage.dialects.postgresql_direct import DirectConnections, ping_within
+from app.storage.dialects.postgresql_direct import DirectConnection, DirectConnections, ping_within
 from app.storage.dialects.postgresql_peers import PostgresPeers
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
@@ -200,6 +205,89 @@ _insert_rows = (
     .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
     .returning(sql.columns.pKey)
 )
+
+
+# The bulk path of offer_bulk (the import, decision 20): the first occurrences go to
+# a staging table by COPY, then into the queue by one INSERT … SELECT … ON CONFLICT DO
+# NOTHING RETURNING, in one transaction. Per row that is a COPY row (psycopg's C
+# code) instead of four array elements, and one statement per BULK_ROWS rows
+# instead of one per 200. The staging table is the session's own (TEMPORARY), made
+# once per connection and emptied at every commit; it lives in no migration.
+BULK_ROWS = 10_000
+_staging = Table(
+    "hourglass_offer_staging",
+    MetaData(),
+    # Input order: rows go into the queue in it, so ids (the poll's last tie-break)
+    # follow the input as in the chunked path.
+    Column("position", BigInteger, Identity(always=True), nullable=False),
+    Column("key", String, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("scheduled_at", BigInteger, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    prefixes=["TEMPORARY"],
+    postgresql_on_commit="DELETE ROWS",
+)
+# As text: the direct path runs SQL statements, not DDL elements.
+_create_staging = text(
+    str(CreateTable(_staging, if_not_exists=True).compile(dialect=postgresql_dialect()))
+)
+_copy_staging = (
+    "COPY hourglass_offer_staging (key, payload, scheduled_at, priority) FROM STDIN (FORMAT BINARY)"
+)
+_STAGING_TYPES = ("text", "bytea", "int8", "int2")
+_insert_staged = (
+    insert(queue_table)
+    .from_select(
+        [
+            "pKey",
+            "pKind",
+            "payload",
+            "scheduledAt",
+            "scheduledAtInitially",
+            "createdAt",
+            "priority",
+        ],
+        select(
+            _staging.c.key,
+            bindparam("queue", type_=String),
+            _staging.c.payload,
+            _staging.c.scheduled_at,
+            _staging.c.scheduled_at,
+            bindparam("now", type_=BigInteger),
+            _staging.c.priority,
+        ).order_by(_staging.c.position),
+    )
+    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+    .returning(sql.columns.pKey)
+)
+
+
+def _copy_rows(connection: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY `rows` into the staging table, in the connection's transaction."""
+    if isinstance(connection, DirectConnection):
+        connection.copy_rows(_copy_staging, _STAGING_TYPES, rows)
+        return
+    driver = cast(psycopg.Connection, connection.connection.driver_connection)
+    try:
+        with driver.cursor() as cursor, cursor.copy(_copy_staging) as copy:
+            copy.set_types(_STAGING_TYPES)
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as error:
+        # As SQLAlchemy would raise it from execute(), so the runner reads it alike.
+        disconnected = connection.dialect.is_disconnect(
+            cast(Any, error), connection.connection.dbapi_connection, None
+        )
+        if disconnected:
+            connection.invalidate(error)
+        raise DBAPIError.instance(
+            _copy_staging,
+            None,
+            error,
+            psycopg.Error,
+            connection_invalidated=disconnected,
+            dialect=connection.dialect,
+        ) from error
 
 
 # Rows per statement of a removal in pages (a purge): a page takes ~70 ms on this
@@ -366,6 +454,7 @@ class PostgreSQLDialect(Dialect):
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
     has_asyncio_driver = True
+    bulk_rows = BULK_ROWS
     existing_keys = _keys_in_queue()
     # The payload's SHA-256, not the payload: a re-sent key costs 32 bytes of answer,
     # not up to the payload limit.
@@ -474,6 +563,16 @@ class PostgreSQLDialect(Dialect):
             "now": rows[0]["createdAt"],
         }
         return connection.execute(_insert_rows, parameters).scalars().all()
+
+    def insert_bulk(
+        self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
+    ) -> Sequence[str]:
+        connection.execute(_create_staging, {})
+        _copy_rows(
+            connection,
+            [(offer.key, offer.payload, offer.scheduled_at, offer.priority) for offer in offers],
+        )
+        return connection.execute(_insert_staged, {"queue": queue, "now": now}).scalars().all()
 
     def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -156,6 +156,25 @@ class DirectConnection:
         finally:
             if cursor is not None:
                 await_only(cursor.close())
+
+    def copy_rows(
+        self, statement: str, types: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Run `statement`, a COPY … FROM STDIN (FORMAT BINARY) of columns of `types`,
+        with `rows`."""
+
+        async def copy() -> None:
+            async with self._driver.cursor() as cursor, cursor.copy(statement) as copying:
+                copying.set_types(types)
+                for row in rows:
+                    await copying.write_row(row)
+
+        try:
+            self._answered(copy())
+            for listener in self._statements.listeners:
+                listener()
+        except psycopg.Error as error:
+            raise self._translated(error, statement, {}) from error
 
     @contextmanager
     def begin(self, transactional: bool = True) -> Iterator[None]:
