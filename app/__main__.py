@@ -37,7 +37,10 @@ class ExitCode(enum.IntEnum):
 
 
 _EXIT_MEANINGS = {
-    ExitCode.OK: "done (serve, told to stop by SIGTERM or SIGINT, ends as the signal does)",
+    ExitCode.OK: (
+        "done (serve, told to stop by SIGTERM or SIGINT: one process ends as the signal "
+        "does, --workers with 0)"
+    ),
     ExitCode.FAILED: "anything else: the log or traceback says what",
     ExitCode.BAD_SETTING: "a command-line option or a HOURGLASS_* setting is not accepted",
     ExitCode.DATABASE_UNREACHABLE: "the database does not answer (after --wait-for-database)",
@@ -151,22 +154,23 @@ def _serve_workers(arguments: argparse.Namespace, settings: Settings) -> None:
             f"--workers {arguments.workers} needs PostgreSQL or MariaDB: SQLite takes one "
             "writer at a time, so serve it with one process (no --workers)"
         )
+    from app.logs import configure_logging
     from app.server import bind_sockets, close_sockets, start_listening
     from app.workers import metrics_directory
 
+    log_format = arguments.log_format or settings.log_format
+    configure_logging(arguments.log_level, json_lines=log_format == "json")
     sockets = bind_sockets(arguments.host, arguments.port)
     try:
-        # First: prometheus-client reads the directory's name when it is imported.
+        # Once, before the workers start, and before anything is made that a stop signal
+        # meanwhile (the default action: the end) would leave behind.
+        _database_ready(arguments, settings, migrate=settings.auto_migrate)
+        # Then the directory: prometheus-client reads its name when it is imported.
         with metrics_directory() as metrics_dir:
-            from app.logs import configure_logging
             from app.main import create_app
             from app.server import ConnectionLimits
             from app.workers import BACKLOG, Supervisor, WorkerServer
 
-            log_format = arguments.log_format or settings.log_format
-            configure_logging(arguments.log_level, json_lines=log_format == "json")
-            # Once, before the workers start.
-            _database_ready(arguments, settings, migrate=settings.auto_migrate)
             start_listening(sockets, BACKLOG)
 
             def run_worker(ready, early_signals: list[int]) -> None:

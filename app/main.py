@@ -97,7 +97,6 @@ def create_app(
         app.state.peers = peers
         if peers is not None:
             notifier.peers = peers
-            peers.start()
         service = QueueService(
             storage,
             calls,
@@ -139,6 +138,8 @@ def create_app(
             events=metrics,
         )
         app.state.push_dispatcher = dispatcher
+        if peers is not None:
+            peers.start()  # with the other background work, once nothing more can fail
         manager.start()
         pruner.start()
         dispatcher.start()

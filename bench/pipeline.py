@@ -84,13 +84,14 @@ def ceiling(dsn: str, rows: int, connections: int) -> dict[str, float]:
                         chunk = keys[start : start + INSERT_CHUNK]
                         cursor.execute(
                             OFFER_ROWS,
-                            (
-                                QUEUE,
-                                now,
-                                chunk,
-                                payloads[start : start + len(chunk)],
-                                [DUE_MS] * len(chunk),
-                            ),
+                            {
+                                "queue": QUEUE,
+                                "now": now,
+                                "keys": chunk,
+                                "payloads": payloads[start : start + len(chunk)],
+                                "scheduled_ats": [DUE_MS] * len(chunk),
+                                "priorities": [0] * len(chunk),
+                            },
                         )
                         cursor.fetchall()
         except BaseException as error:  # noqa: BLE001 - reported below

@@ -27,6 +27,10 @@ from app.storage.tables import delayed_queue as queue_table
 
 # Rows per multi-row INSERT in a batch (SPEC §2).
 INSERT_CHUNK = 200
+# Bytes a bulk transaction (the import's COPY and its INSERT … SELECT) carries at most, as
+# sized_chunks counts them: 10,000 rows of 256 KiB payloads would be 2.5 GiB at once, past
+# a statement's timeout and an executor's memory.
+BULK_BYTES = 64 * 1024 * 1024
 # Lost races on one key: an offer reads and writes again at most this often.
 _OFFER_RACE_ATTEMPTS = 100
 
@@ -59,21 +63,45 @@ class Inserts:
 
     def chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
         """`offers` in chunks of INSERT_CHUNK, each smaller than the dialect's statement
-        limit where it has one (payloads counted twice: a text protocol escapes them)."""
-        limit = self.dialect.max_statement_bytes
-        if limit is None:
-            yield from chunks(offers, INSERT_CHUNK)
-            return
-        start = 0
-        while start < len(offers):
-            end, size = start, 0
-            while end < len(offers) and end - start < INSERT_CHUNK:
-                size += 2 * len(offers[end].payload) + 1024  # the row's other values, roughly
-                if size > limit and end > start:
-                    break
-                end += 1
-            yield offers[start:end]
-            start = end
+        limit where it has one."""
+        return sized_chunks(offers, INSERT_CHUNK, self.dialect.max_statement_bytes)
+
+
+def sized_chunks(
+    offers: Sequence[Offer], rows: int, max_bytes: int | None
+) -> Iterator[Sequence[Offer]]:
+    """`offers` in chunks of at most `rows`, each under `max_bytes` where given (payloads
+    counted twice: a text protocol escapes them), a chunk at least one offer."""
+    if max_bytes is None:
+        yield from chunks(offers, rows)
+        return
+    start = 0
+    while start < len(offers):
+        end, size = start, 0
+        while end < len(offers) and end - start < rows:
+            size += 2 * len(offers[end].payload) + 1024  # the row's other values, roughly
+            if size > max_bytes and end > start:
+                break
+            end += 1
+        yield offers[start:end]
+        start = end
+
+
+def _inserted(
+    pieces: Iterator[Sequence[Offer]],
+    insert: Callable[[Connection, Sequence[Offer]], Sequence[str]],
+    run: Callable[[Callable[[Connection], Sequence[str]]], Sequence[str]],
+) -> set[str]:
+    """The keys that `insert` put in, piece by piece, each piece run by `run` (in a
+    transaction of its own, or autocommit)."""
+    created: set[str] = set()
+    for piece in pieces:
+
+        def one(connection: Connection, piece: Sequence[Offer] = piece) -> Sequence[str]:
+            return insert(connection, piece)
+
+        created.update(run(one))
+    return created
 
 
 class SqlMessages:
@@ -139,27 +167,23 @@ class SqlMessages:
     def _insert_in_chunks(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
         """Insert `firsts` (distinct keys) whose keys are free, INSERT_CHUNK rows a
         statement, each its own transaction; the keys that went in."""
-        created: set[str] = set()
-        for chunk in self.inserts.chunks(firsts):
 
-            def insert(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[str]:
-                return self.inserts.many(connection, queue, chunk, now)
+        def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
+            return self.inserts.many(connection, queue, chunk, now)
 
-            created.update(self.runner.autocommit(insert))
-        return created
+        return _inserted(self.inserts.chunks(firsts), insert, self.runner.autocommit)
 
     def _insert_in_bulk(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
         """Insert `firsts` (distinct keys) whose keys are free through the dialect's bulk
-        path, `dialect.bulk_rows` a transaction; the keys that went in."""
-        created: set[str] = set()
+        path, `dialect.bulk_rows` (and at most BULK_BYTES) a transaction; the keys that
+        went in."""
         assert self.dialect.bulk_rows is not None  # offer_bulk checked
-        for chunk in chunks(firsts, self.dialect.bulk_rows):
 
-            def insert(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[str]:
-                return self.dialect.insert_bulk(connection, queue, chunk, now)
+        def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
+            return self.dialect.insert_bulk(connection, queue, chunk, now)
 
-            created.update(self.runner.transaction(insert))
-        return created
+        pieces = sized_chunks(firsts, self.dialect.bulk_rows, BULK_BYTES)
+        return _inserted(pieces, insert, self.runner.transaction)
 
     def _offer_batch(
         self,

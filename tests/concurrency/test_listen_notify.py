@@ -120,6 +120,17 @@ def test_a_poll_on_one_replica_wakes_at_once_for_an_offer_through_the_other(post
         assert answered - offered < PROMPTLY
 
 
+def test_the_link_connects_when_the_url_names_its_own_application(postgresql_url):
+    """The URL's query goes to the peers' connections too: an `application_name` there
+    gives way to theirs instead of ending their tasks."""
+    truncate_all(postgresql_url)
+    url = make_url(postgresql_url).update_query_dict({"application_name": "the-app"})
+    named = url.render_as_string(hide_password=False)
+    with replica(named) as first, replica(named) as second:
+        assert first.app.state.peers.listening and second.app.state.peers.listening
+        assert len(listener_pids(postgresql_url)) == 2
+
+
 def test_a_message_due_soon_is_delivered_at_its_due_time_not_at_the_recheck(postgresql_url):
     truncate_all(postgresql_url)
     settings = {"poll_recheck_seconds": NO_RECHECK}

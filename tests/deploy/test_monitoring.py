@@ -234,7 +234,6 @@ def test_traffic_makes_every_metric_family_appear(scraped):
     assert with_samples == families
     for name in (
         "hourglass_messages_dead_lettered_total",
-        "hourglass_messages_dead_lettered_created",
         "hourglass_push_requests_total",
         "hourglass_push_duration_seconds_bucket",
         "hourglass_connections_dropped_total",

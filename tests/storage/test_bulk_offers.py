@@ -7,6 +7,7 @@ import random
 import pytest
 
 from app.domain.messages import IfExists, Offer
+from app.storage import messages
 from app.storage.store import Storage
 from tests.conftest import START_MS
 from tests.helpers import stored_rows
@@ -64,3 +65,29 @@ def test_bulk_rows_go_in_in_input_order(store: Storage, clean_database, monkeypa
     keys = [f"k{index}" for index in random.Random(1).sample(range(100_000), 1200)]
     store.messages.offer_bulk("q", [Offer(key, b"1", START_MS) for key in keys], START_MS)
     assert [row["pKey"] for row in stored_rows(clean_database.url)] == keys
+
+
+def test_a_bulk_transaction_carries_at_most_bulk_bytes(store: Storage, clean_database, monkeypatch):
+    """Large payloads cut the bulk path's transactions by bytes as well as by rows, with the
+    same outcomes and rows as offer_many."""
+    if store.dialect.bulk_rows is None:
+        pytest.skip(f"{clean_database.name} has no bulk path: offer_bulk is offer_many there")
+    monkeypatch.setattr(messages, "BULK_BYTES", 3 * (2 * 1000 + 1024))  # three such rows
+    pieces: list[int] = []
+    insert_bulk = store.dialect.insert_bulk
+
+    def counted(connection, queue, offers, now):
+        pieces.append(len(offers))
+        return insert_bulk(connection, queue, offers, now)
+
+    monkeypatch.setattr(store.dialect, "insert_bulk", counted)
+    offers = [
+        Offer(key=f"k{n}", payload=b'"%s"' % (b"x" * 998), scheduled_at=START_MS, priority=0)
+        for n in range(10)
+    ]
+    assert store.messages.offer_bulk("bulk", offers, START_MS) == store.messages.offer_many(
+        "many", offers, START_MS
+    )
+    assert pieces == [3, 3, 3, 1]
+    rows = _by_queue(clean_database.url)
+    assert rows["bulk"] == rows["many"]

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateTable
-from sqlalchemy.sql import ClauseElement, Executable, Select
+from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Offer
@@ -180,30 +180,50 @@ _batch = (
     .table_valued("key", "payload", "scheduled_at", "priority")
     .render_derived(name="batch")
 )
-_insert_rows = (
-    insert(queue_table)
-    .from_select(
-        [
-            "pKey",
-            "pKind",
-            "payload",
-            "scheduledAt",
-            "scheduledAtInitially",
-            "createdAt",
-            "priority",
-        ],
-        select(
-            _batch.c.key,
-            bindparam("queue", type_=String),
-            _batch.c.payload,
-            _batch.c.scheduled_at,
-            _batch.c.scheduled_at,
-            bindparam("now", type_=BigInteger),
-            _batch.c.priority,
-        ),
+
+
+def _insert_new_keys(
+    key: ColumnElement[Any],
+    payload: ColumnElement[Any],
+    scheduled_at: ColumnElement[Any],
+    priority: ColumnElement[Any],
+    *,
+    order_by: ColumnElement[Any] | None = None,
+) -> Any:
+    """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns) into the
+    queue, skipping keys taken already; RETURNING the keys that went in."""
+    rows = select(
+        key,
+        bindparam("queue", type_=String),
+        payload,
+        scheduled_at,
+        scheduled_at,
+        bindparam("now", type_=BigInteger),
+        priority,
     )
-    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-    .returning(sql.columns.pKey)
+    if order_by is not None:
+        rows = rows.order_by(order_by)
+    return (
+        insert(queue_table)
+        .from_select(
+            [
+                "pKey",
+                "pKind",
+                "payload",
+                "scheduledAt",
+                "scheduledAtInitially",
+                "createdAt",
+                "priority",
+            ],
+            rows,
+        )
+        .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+        .returning(sql.columns.pKey)
+    )
+
+
+_insert_rows = _insert_new_keys(
+    _batch.c.key, _batch.c.payload, _batch.c.scheduled_at, _batch.c.priority
 )
 
 
@@ -235,30 +255,12 @@ _copy_staging = (
     "COPY hourglass_offer_staging (key, payload, scheduled_at, priority) FROM STDIN (FORMAT BINARY)"
 )
 _STAGING_TYPES = ("text", "bytea", "int8", "int2")
-_insert_staged = (
-    insert(queue_table)
-    .from_select(
-        [
-            "pKey",
-            "pKind",
-            "payload",
-            "scheduledAt",
-            "scheduledAtInitially",
-            "createdAt",
-            "priority",
-        ],
-        select(
-            _staging.c.key,
-            bindparam("queue", type_=String),
-            _staging.c.payload,
-            _staging.c.scheduled_at,
-            _staging.c.scheduled_at,
-            bindparam("now", type_=BigInteger),
-            _staging.c.priority,
-        ).order_by(_staging.c.position),
-    )
-    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-    .returning(sql.columns.pKey)
+_insert_staged = _insert_new_keys(
+    _staging.c.key,
+    _staging.c.payload,
+    _staging.c.scheduled_at,
+    _staging.c.priority,
+    order_by=_staging.c.position,
 )
 
 

@@ -112,9 +112,9 @@ class PostgresPeers:
         while True:
             try:
                 connection = await psycopg.AsyncConnection.connect(
-                    **self._connect_args, application_name=LISTENER_NAME, autocommit=True
+                    **{**self._connect_args, "application_name": LISTENER_NAME, "autocommit": True}
                 )
-            except (psycopg.Error, OSError) as error:
+            except Exception as error:  # noqa: BLE001 - the task outlives any failure: logged, tried again
                 failures += 1
                 self._lost(failures, error)
                 await self._pause(failures)
@@ -128,7 +128,7 @@ class PostgresPeers:
                         continue  # this process's own: its polls were woken already
                     payload = notification.payload
                     self._woken(None if payload == EVERY_QUEUE else payload)
-            except (psycopg.Error, OSError) as error:
+            except Exception as error:  # noqa: BLE001 - the task outlives any failure: logged, tried again
                 failures += 1
                 self._lost(failures, error)
             finally:
@@ -166,7 +166,7 @@ class PostgresPeers:
             try:
                 sender = await self._sender_connection()
                 await sender.execute(_NOTIFY, (names,))
-            except (psycopg.Error, OSError) as error:
+            except Exception as error:  # noqa: BLE001 - the task outlives any failure: logged, tried again
                 failures += 1
                 await self._close_sender()
                 if failures == 1:
@@ -191,9 +191,12 @@ class PostgresPeers:
         if self._sender is None or self._sender.closed:
             options = f"{self._connect_args.get('options', '')} {_SENDER_OPTIONS}".strip()
             self._sender = await psycopg.AsyncConnection.connect(
-                **{**self._connect_args, "options": options},
-                application_name=SENDER_NAME,
-                autocommit=True,
+                **{
+                    **self._connect_args,
+                    "options": options,
+                    "application_name": SENDER_NAME,
+                    "autocommit": True,
+                }
             )
             self._sender_pid = self._sender.info.backend_pid
         return self._sender
