@@ -44,6 +44,10 @@ def _command(path: str, url: str) -> list[str]:
         url,
         "--master",
         "local[2]",
+        # A transaction per 1,000 rows of a partition (the bulk path's default is 10,000,
+        # more than a partition holds here), so the chunks before the held key's commit.
+        "--batch-size",
+        "1000",
     ]
 
 

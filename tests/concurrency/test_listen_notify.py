@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -68,6 +68,42 @@ def long_poll(pool: ThreadPoolExecutor, client: TestClient, queue: str) -> Futur
     return pool.submit(call)
 
 
+@contextmanager
+def two_replicas(
+    url: str, **overrides: Any
+) -> Iterator[tuple[TestClient, TestClient, ThreadPoolExecutor]]:
+    """Two replicas on one database, and a thread for a long poll."""
+    with (
+        replica(url, **overrides) as first,
+        replica(url, **overrides) as second,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        yield first, second, pool
+
+
+def answer_after(
+    pool: ThreadPoolExecutor, client: TestClient, queue: str, act: Callable[[], object]
+) -> tuple[dict[str, Any], float]:
+    """A long poll of `queue` on `client`; once it waits, `act()`: the poll's answer, and
+    the seconds from the end of `act` to it."""
+    started = waiting(client)
+    polled = long_poll(pool, client, queue)
+    assert started.wait(STATE_TIMEOUT)
+    act()
+    acted = time.monotonic()
+    answer, answered = polled.result(WAIT + 5)
+    return answer, answered - acted
+
+
+def offering(client: TestClient, queue: str, key: str) -> Callable[[], None]:
+    """An offer of `key`, due now, through `client`, to be made later."""
+
+    def offer() -> None:
+        assert put(client, queue, key, 1).status_code == 201
+
+    return offer
+
+
 def listener_pids(url: str) -> list[int]:
     return backend_pids(url, postgresql_peers.LISTENER_NAME)
 
@@ -104,20 +140,10 @@ def terminate(url: str, pids: list[int]) -> None:
 
 def test_a_poll_on_one_replica_wakes_at_once_for_an_offer_through_the_other(postgresql_url):
     truncate_all(postgresql_url)
-    settings = {"poll_recheck_seconds": NO_RECHECK}
-    with (
-        replica(postgresql_url, **settings) as first,
-        replica(postgresql_url, **settings) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
-        started = waiting(second)
-        polled = long_poll(pool, second, "q")
-        assert started.wait(STATE_TIMEOUT)
-        assert put(first, "q", "now", 1).status_code == 201
-        offered = time.monotonic()
-        answer, answered = polled.result(WAIT + 5)
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
+        answer, late = answer_after(pool, second, "q", offering(first, "q", "now"))
         assert keys_of(answer) == ["now"]
-        assert answered - offered < PROMPTLY
+        assert late < PROMPTLY
 
 
 def test_the_link_connects_when_the_url_names_its_own_application(postgresql_url):
@@ -133,12 +159,7 @@ def test_the_link_connects_when_the_url_names_its_own_application(postgresql_url
 
 def test_a_message_due_soon_is_delivered_at_its_due_time_not_at_the_recheck(postgresql_url):
     truncate_all(postgresql_url)
-    settings = {"poll_recheck_seconds": NO_RECHECK}
-    with (
-        replica(postgresql_url, **settings) as first,
-        replica(postgresql_url, **settings) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
         started = waiting(second)
         polled = long_poll(pool, second, "q")
         assert started.wait(STATE_TIMEOUT)
@@ -153,22 +174,16 @@ def test_a_message_due_soon_is_delivered_at_its_due_time_not_at_the_recheck(post
 
 def test_a_release_through_one_replica_wakes_a_poll_on_the_other(postgresql_url):
     truncate_all(postgresql_url)
-    settings = {"poll_recheck_seconds": NO_RECHECK}
-    with (
-        replica(postgresql_url, **settings) as first,
-        replica(postgresql_url, **settings) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
         assert put(first, "q", "given-back", 1).status_code == 201
         lock_id = poll(first, "q", lease=300)["lock_id"]
-        started = waiting(second)
-        polled = long_poll(pool, second, "q")
-        assert started.wait(STATE_TIMEOUT)
-        assert first.post(f"/v1/queues/q/locks/{lock_id}/release").status_code == 204
-        released = time.monotonic()
-        answer, answered = polled.result(WAIT + 5)
+
+        def release() -> None:
+            assert first.post(f"/v1/queues/q/locks/{lock_id}/release").status_code == 204
+
+        answer, late = answer_after(pool, second, "q", release)
         assert keys_of(answer) == ["given-back"]
-        assert answered - released < PROMPTLY
+        assert late < PROMPTLY
 
 
 def test_only_messages_due_within_the_longest_wait_are_told_to_peers(postgresql_url):
@@ -217,12 +232,7 @@ def test_the_listener_survives_the_end_of_its_connection(postgresql_url, monkeyp
         await asyncio.to_thread(reconnect.wait)
 
     monkeypatch.setattr(postgresql_peers, "pause_after", held)
-    settings = {"poll_recheck_seconds": NO_RECHECK}
-    with (
-        replica(postgresql_url, **settings) as first,
-        replica(postgresql_url, **settings) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
         peers = second.app.state.peers
         terminate(postgresql_url, listener_pids(postgresql_url))
         wait_until(lambda: not peers.listening, STATE_TIMEOUT, "the listener's loss")
@@ -246,24 +256,14 @@ def test_the_listener_survives_the_end_of_its_connection(postgresql_url, monkeyp
         assert b"hourglass_listener_reconnects_total 1.0" in metrics
 
         # Afterwards, wake-ups are immediate again.
-        started.clear()
-        polled = long_poll(pool, second, "q")
-        assert started.wait(STATE_TIMEOUT)
-        assert put(first, "q", "after", 1).status_code == 201
-        offered = time.monotonic()
-        answer, answered = polled.result(WAIT + 5)
+        answer, late = answer_after(pool, second, "q", offering(first, "q", "after"))
         assert keys_of(answer) == ["after"]
-        assert answered - offered < PROMPTLY
+        assert late < PROMPTLY
 
 
 def test_a_notification_whose_connection_died_is_sent_again_on_a_new_one(postgresql_url):
     truncate_all(postgresql_url)
-    settings = {"poll_recheck_seconds": NO_RECHECK}
-    with (
-        replica(postgresql_url, **settings) as first,
-        replica(postgresql_url, **settings) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
         assert put(first, "warm-up", "a", 1).status_code == 201  # opens the sender
         wait_until(
             lambda: len(backend_pids(postgresql_url, postgresql_peers.SENDER_NAME)) == 1,
@@ -271,14 +271,9 @@ def test_a_notification_whose_connection_died_is_sent_again_on_a_new_one(postgre
             "the sender's connection",
         )
         terminate(postgresql_url, backend_pids(postgresql_url, postgresql_peers.SENDER_NAME))
-        started = waiting(second)
-        polled = long_poll(pool, second, "q")
-        assert started.wait(STATE_TIMEOUT)
-        assert put(first, "q", "now", 1).status_code == 201
-        offered = time.monotonic()
-        answer, answered = polled.result(WAIT + 5)
+        answer, late = answer_after(pool, second, "q", offering(first, "q", "now"))
         assert keys_of(answer) == ["now"]
-        assert answered - offered < PROMPTLY
+        assert late < PROMPTLY
 
 
 def test_without_a_listener_polls_still_find_messages_at_their_rechecks(
@@ -292,23 +287,14 @@ def test_without_a_listener_polls_still_find_messages_at_their_rechecks(
 
     monkeypatch.setattr(postgresql_peers, "pause_after", held)
     recheck = 1.0
-    with (
-        replica(postgresql_url, poll_recheck_seconds=recheck) as first,
-        replica(postgresql_url, poll_recheck_seconds=recheck) as second,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with two_replicas(postgresql_url, poll_recheck_seconds=recheck) as (first, second, pool):
         try:
             peers = second.app.state.peers
             terminate(postgresql_url, listener_pids(postgresql_url))
             wait_until(lambda: not peers.listening, STATE_TIMEOUT, "the listener's loss")
-            started = waiting(second)
-            polled = long_poll(pool, second, "q")
-            assert started.wait(STATE_TIMEOUT)
-            assert put(first, "q", "found", 1).status_code == 201
-            offered = time.monotonic()
-            answer, answered = polled.result(WAIT + 5)
+            answer, late = answer_after(pool, second, "q", offering(first, "q", "found"))
             assert keys_of(answer) == ["found"]
-            assert answered - offered < recheck + PROMPTLY
+            assert late < recheck + PROMPTLY
             assert not peers.listening  # found by a re-check, not by a notification
         finally:
             reconnect.set()  # the held listeners' threads end before the apps stop
