@@ -137,6 +137,16 @@ def _not_exercised() -> list[str]:
     ]
 
 
+# Modules that take minutes (Spark's JVMs on a cluster of their own): scheduled first.
+# xdist's loadscope hands each module whole to a worker, in collection order, so one
+# collected last would run alone at the end, after every other test had finished.
+LONGEST_FIRST = ("tests/pipeline/test_cluster.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in LONGEST_FIRST)
+
+
 def pytest_report_header() -> list[str]:
     lines = [f"hourglass databases: {', '.join(DATABASES)}"]
     if missing := _not_exercised():
