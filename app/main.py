@@ -85,12 +85,12 @@ def create_app(
         # The shared parts, built once: the storage, the one way async code calls it, and
         # the notifier that wakes long polls; the services are handed them.
         metrics = app.state.metrics
-        storage = create_storage(settings, on_event_loop=True)
-        storage.listen_statements(metrics.statement_sent)
+        storage = create_storage(settings)
+        storage.listen_statements(lambda _statement: metrics.statement_sent())
         calls = StorageCalls(storage, settings.pool_size, settings.lock_timeout)
         notifier = Notifier(clock=clock)
         peers = (
-            storage.dialect.peers(storage.engine, notifier.wake, metrics)
+            storage.dialect.peers(settings.database_url, notifier.wake, metrics)
             if settings.listen
             else None
         )

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from app.config import Settings, normalize_database_url
 from app.domain.messages import IfExists, Offer
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
 from bench.hourglass import fresh_database
 from tests.server import running_server
@@ -44,7 +44,7 @@ def _status_bytes(pid: int, field: str) -> int:
 
 
 def _prefill(url: str, count: int) -> None:
-    store = create_storage(Settings(database_url=url, auto_migrate=False))
+    store = create_blocking_storage(Settings(database_url=url, auto_migrate=False))
     try:
         due = round(time.time() * 1000) - 60_000
         for start in range(0, count, 10):

@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 from app.config import Settings, normalize_database_url
 from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
 from tests.helpers import fill_queue
 
@@ -138,7 +138,7 @@ def measure(url: str, others: int, rounds: int) -> dict[str, list[float]]:
         fill(urls[label])
         _settle(urls[label])
     stores = {
-        label: create_storage(Settings(database_url=queue_url, auto_migrate=False))
+        label: create_blocking_storage(Settings(database_url=queue_url, auto_migrate=False))
         for label, queue_url in urls.items()
     }
     try:
@@ -149,7 +149,7 @@ def measure(url: str, others: int, rounds: int) -> dict[str, list[float]]:
         return {label: times[1:] for label, times in figures.items()}
     finally:
         for store in stores.values():
-            store.engine.dispose()
+            store.close()
         for queue_url in urls.values():
             _fresh(queue_url, create=False)
 

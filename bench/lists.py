@@ -59,7 +59,7 @@ from app.domain.pages import (
     ListState,
     encode_cursor,
 )
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
 from app.storage.store import Storage
 from bench.http_client import Connection as HttpConnection
@@ -407,7 +407,7 @@ def _in_turn(targets: list[Target], round_number: int) -> list[Target]:
 def time_store(targets: list[Target], rounds: int) -> dict[tuple[str, str], list[float]]:
     """Seconds per page through the store, by (case, target), round by round."""
     stores = {
-        target.label: create_storage(Settings(database_url=target.url, auto_migrate=False))
+        target.label: create_blocking_storage(Settings(database_url=target.url, auto_migrate=False))
         for target in targets
     }
     figures: dict[tuple[str, str], list[float]] = {}
@@ -466,7 +466,7 @@ def rows_per_page(targets: list[Target]) -> dict[tuple[str, str], int]:
     """How many rows each page has, by (case, target): the same page, or not?"""
     counts = {}
     for target in targets:
-        store = create_storage(Settings(database_url=target.url, auto_migrate=False))
+        store = create_blocking_storage(Settings(database_url=target.url, auto_migrate=False))
         try:
             for case in target.cases:
                 counts[case.label, target.label] = _ask(store, target.queue, case)
@@ -540,7 +540,7 @@ def _plan(connection: Connection, query: Select[Any], parameters: dict[str, Any]
 
 def explain(target: Target) -> str:
     """Each list statement's plan on `target`'s queue, as Markdown."""
-    store = create_storage(Settings(database_url=target.url, auto_migrate=False))
+    store = create_blocking_storage(Settings(database_url=target.url, auto_migrate=False))
     now = _now()
     by_label = {case.label: case for case in target.cases}
     due = by_label["by due time, from the middle (cursor)"].arguments["after"]

@@ -25,9 +25,8 @@ from sqlalchemy.engine import make_url
 
 from app.config import Settings, normalize_database_url
 from app.main import create_app
-from app.storage.engine import create_storage
+from app.storage.blocking import BlockingStorage, create_blocking_storage
 from app.storage.schema import upgrade_to_head
-from app.storage.store import Storage
 from app.storage.tables import metadata
 
 POSTGRESQL_URL = normalize_database_url(
@@ -332,10 +331,10 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store(clean_database: Database) -> Iterator[Storage]:
-    store = create_storage(clean_database.settings())
+def store(clean_database: Database) -> Iterator[BlockingStorage]:
+    store = create_blocking_storage(clean_database.settings())
     yield store
-    store.engine.dispose()
+    store.close()
 
 
 @pytest.fixture

@@ -91,7 +91,10 @@ def unavailable(detail: str) -> ProblemResponse:
 
 def domain_problem(error: errors.HourglassError) -> ProblemResponse:
     """The answer to a domain error: its status, problem type and message."""
-    status, slug = _DOMAIN_ERRORS.get(type(error), (500, "internal-error"))
+    status, slug = next(
+        (_DOMAIN_ERRORS[kind] for kind in type(error).__mro__ if kind in _DOMAIN_ERRORS),
+        (500, "internal-error"),
+    )
     if status == 503:
         return unavailable(str(error))
     return problem(status, str(error), slug=slug)

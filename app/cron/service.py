@@ -164,9 +164,9 @@ class CronService:
                 log.exception("cron: installing runs of %s/%s failed", entry.queue, entry.name)
         return created
 
-    def _install_runs(self, entry: CronEntry, now: int, margin_ms: int = 0) -> int:
-        """Insert the entry's upcoming runs whose keys are free, within its bound (on a
-        storage thread or greenlet); drop the runs it stores beyond the bound.
+    async def _install_runs(self, entry: CronEntry, now: int, margin_ms: int = 0) -> int:
+        """Insert the entry's upcoming runs whose keys are free, within its bound; drop the
+        runs it stores beyond the bound.
 
         Runs within `margin_ms` of now are left to earlier passes: a replica whose
         clock is behind must not re-create a run that another has delivered. Runs
@@ -197,7 +197,9 @@ class CronService:
         ]
         # None: another replica changed or removed the entry meanwhile; nothing written.
         created = (
-            self.storage.cron.install_runs(entry, offers, now, limit=limit, keep_until=keep_until)
+            await self.storage.cron.install_runs(
+                entry, offers, now, limit=limit, keep_until=keep_until
+            )
             or 0
         )
         if created:

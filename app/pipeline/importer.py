@@ -167,9 +167,11 @@ def _check_and_write(
     def work(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from app.config import Settings
         from app.pipeline.batches import KeyGroups, check_batch
-        from app.storage.engine import create_storage
+        from app.storage.blocking import create_blocking_storage
 
-        store = create_storage(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
+        store = create_blocking_storage(
+            Settings(database_url=database_url, pool_size=1, auto_migrate=False)
+        )
         # Offers per call: as many as the bulk path takes in one go, where there is one.
         per_call = batch_size or store.dialect.bulk_rows or BATCH_SIZE
         counts: Counter[str] = Counter()

@@ -316,11 +316,13 @@ def main_report(arguments, settings) -> None:
 def _check_schema(database_url: str) -> None:
     """Stop with a sentence, before Spark starts, when the tables are not there to read."""
     from app.config import Settings
-    from app.storage.engine import create_storage
+    from app.storage.blocking import create_blocking_storage
     from app.storage.schema import head_revision
     from app.storage.startup import DatabaseRefused
 
-    store = create_storage(Settings(database_url=database_url, pool_size=1, auto_migrate=False))
+    store = create_blocking_storage(
+        Settings(database_url=database_url, pool_size=1, auto_migrate=False)
+    )
     try:
         revision = store.schema_revision()
     finally:

@@ -1,8 +1,7 @@
 """The queue's rules over storage (its ports: app/queue/ports.py) and a Clock: offers, polls (long or not), leases, stats.
 
-Storage calls go through StorageCalls (on the event loop with PostgreSQL, on
-threads with SQLite), each on behalf of its queue, so that one queue in trouble
-cannot take every connection; the event loop only waits. A long poll waits on
+Storage calls go through StorageCalls, each on behalf of its queue, so that one queue
+in trouble cannot take every connection. A long poll waits on
 the Notifier, holding no database connection while it waits.
 """
 
@@ -354,10 +353,10 @@ class QueueService:
         once without either)."""
         due = await self._due_after_release(queue, delay_seconds, default_retry)
 
-        def change() -> int:
+        async def change() -> int:
             if isinstance(due, int):  # one time for all: one statement
-                return self.storage.leases.release(queue, lock_id, due)
-            return len(self.storage.leases.release_each(queue, lock_id, due))  # each its own
+                return await self.storage.leases.release(queue, lock_id, due)
+            return len(await self.storage.leases.release_each(queue, lock_id, due))  # each
 
         count = await self._on_lock(queue, lock_id, change)
         self.events.released(queue, count)
@@ -407,7 +406,7 @@ class QueueService:
         queue: str,
         lock_id: str,
         keys: Sequence[str],
-        change: Callable[[list[str]], list[str]],
+        change: Callable[[list[str]], Awaitable[list[str]]],
     ) -> KeyedOutcome:
         """Apply `change` to those of `keys` (each once, the first kept) the lock holds;
         which it changed, and which were missing, in the order asked."""
@@ -417,7 +416,7 @@ class QueueService:
         )
         return KeyedOutcome.of(unique, done)
 
-    async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], int]) -> int:
+    async def _on_lock(self, queue: str, lock_id: str, change: Callable[[], Awaitable[int]]) -> int:
         """Apply `change` to what the lock holds; how many messages; LockNotFound for none.
 
         A lock id this service never issued holds nothing: 404 without asking the database.
@@ -568,7 +567,7 @@ class QueueService:
         current = await self.calls.run_readiness_check(self.storage.schema_revision)
         return SchemaStatus(current=current, expected=head_revision())
 
-    async def _run(self, queue: str, call: Callable[[], T]) -> T:
+    async def _run(self, queue: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` on behalf of `queue`: it waits for a turn only that queue's calls hold."""
         return await self.calls.run(call, queue)
 

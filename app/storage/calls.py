@@ -1,11 +1,10 @@
-"""Storage calls from async code: on the event loop where the driver allows, else on threads;
-shared out by queue so that no queue can take every connection.
+"""Storage calls from the services, shared out by queue so that no queue can take every
+connection.
 
-With an asyncio driver (PostgreSQL's psycopg) a call runs inside
-`sqlalchemy.util.greenlet_spawn` on the running loop; otherwise on a thread of
-its own pool, one thread per connection (see docs/decisions/0001). Either way a
-call first takes a turn: at most `connections` calls run at once, and the rest
-wait, up to the lock bound, then the database is reported busy (503).
+A call is a storage method's coroutine, awaited here (PostgreSQL's statements straight on
+psycopg's asyncio connections, SQLite's and MariaDB's each on a storage thread:
+app/storage/connection.py). It first takes a turn: at most `connections` calls run at
+once, and the rest wait, up to the lock bound, then the database is reported busy (503).
 
 Turns are shared out by queue. A queue whose rows are locked from outside keeps
 every call of its own waiting on the lock; without a share, a dozen clients
@@ -20,11 +19,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
-
-from sqlalchemy.util import greenlet_spawn
 
 from app.domain.errors import StorageUnavailable
 from app.storage.store import Storage
@@ -114,38 +110,29 @@ class Turns:
 
 
 class StorageCalls:
-    """Runs storage's blocking-looking methods for async callers; one per Storage."""
+    """Runs storage's methods for the services, each in its turn; one per Storage."""
 
     def __init__(self, storage: Storage, connections: int, wait_seconds: float) -> None:
         self.storage = storage
         self._wait_seconds = wait_seconds
-        self._executor = (
-            None
-            if storage.runs_on_event_loop
-            else ThreadPoolExecutor(
-                max_workers=connections + READINESS_CONNECTIONS, thread_name_prefix="storage"
-            )
-        )
         self._turns = Turns(connections, reserved_turns(connections))
         self._readiness_turns = Turns(READINESS_CONNECTIONS, 0)
 
-    async def run(self, call: Callable[[], T], queue: str = SERVICE_WORK) -> T:
-        """`call()`, on behalf of `queue` (or of no queue in particular)."""
+    async def run(self, call: Callable[[], Awaitable[T]], queue: str = SERVICE_WORK) -> T:
+        """`await call()`, on behalf of `queue` (or of no queue in particular)."""
         return await self._run(self._turns, queue, call)
 
-    async def run_readiness_check(self, call: Callable[[], T]) -> T:
-        """`call()` on the turn kept for the readiness check."""
+    async def run_readiness_check(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`await call()` on the turn kept for the readiness check."""
         return await self._run(self._readiness_turns, SERVICE_WORK, call)
 
-    async def _run(self, turns: Turns, queue: str, call: Callable[[], T]) -> T:
+    async def _run(self, turns: Turns, queue: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
             await turns.take(queue, self._wait_seconds)
         except TimeoutError:
             raise StorageUnavailable("the database is busy: no connection free in time") from None
         try:
-            if self._executor is not None:
-                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-            return await greenlet_spawn(call)  # I/O on this event loop, no thread
+            return await call()
         finally:
             turns.give_back(queue)
 
@@ -153,9 +140,4 @@ class StorageCalls:
         """Wait for calls in flight, then close the storage."""
         await self._turns.drain()
         await self._readiness_turns.drain()
-        if self._executor is not None:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._executor.shutdown)
-            await loop.run_in_executor(None, self.storage.close)
-            return
-        await greenlet_spawn(self.storage.close)
+        await self.storage.close()

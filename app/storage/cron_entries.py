@@ -6,8 +6,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from app.domain.cron import (
     CronEntry,
     CronInstall,
@@ -20,6 +18,7 @@ from app.domain.cron import (
 )
 from app.domain.messages import Offer
 from app.storage import sql
+from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
 from app.storage.messages import Inserts
@@ -37,26 +36,27 @@ class SqlCronEntries:
         self.removals = removals
         self.inserts = inserts
 
-    def install(self, entry: CronEntry) -> CronInstall:
+    async def install(self, entry: CronEntry) -> CronInstall:
         """Create or replace an entry; a new configuration deletes the old one's pending runs."""
         self.dialect.check_payload(entry.payload)
         # A replica that created the entry first makes this one replace it.
-        return self.runner.transaction_over_keys(
-            lambda connection: self._install(connection, entry),
-            f"on cron entry {entry.name!r}",
-        )
 
-    def _install(self, connection: Connection, entry: CronEntry) -> CronInstall:
+        async def install(connection: Connection) -> CronInstall:
+            return await self._install(connection, entry)
+
+        return await self.runner.transaction_over_keys(install, f"on cron entry {entry.name!r}")
+
+    async def _install(self, connection: Connection, entry: CronEntry) -> CronInstall:
         # Locks the entry's row: a replica installing runs of it (share lock) finishes first.
         key = {"entry_queue": entry.queue, "entry_name": entry.name}
-        row = connection.execute(sql.cron_select_for_update, key).first()
+        row = (await connection.execute(sql.cron_select_for_update, key)).first()
         if row is None:
-            connection.execute(sql.cron_insert, _cron_row(entry))
+            await connection.execute(sql.cron_insert, _cron_row(entry))
             return CronInstall(InstallOutcome.CREATED, entry, 0)
         stored = _cron_entry(row)
         if (stored.config_hash, stored.lookahead_ms) == (entry.config_hash, entry.lookahead_ms):
             return CronInstall(InstallOutcome.UNCHANGED, stored, 0)
-        connection.execute(
+        await connection.execute(
             sql.cron_update,
             {
                 **key,
@@ -70,7 +70,7 @@ class SqlCronEntries:
         )
         removed = 0
         if stored.config_hash != entry.config_hash:
-            removed = self.removals.remove_on(
+            removed = await self.removals.remove_on(
                 connection,
                 self.dialect.entry_runs.delete_pending,
                 _runs_of(entry.queue, entry.name, stored.config_hash),
@@ -79,20 +79,20 @@ class SqlCronEntries:
         changed = dataclasses.replace(entry, created_at=stored.created_at)
         return CronInstall(InstallOutcome.CHANGED, changed, removed)
 
-    def uninstall(self, queue: str, name: str, now: int) -> int | None:
+    async def uninstall(self, queue: str, name: str, now: int) -> int | None:
         """Delete the entry and its pending runs; how many runs, or None when there was no entry."""
 
-        def uninstall(connection: Connection) -> int | None:
+        async def uninstall(connection: Connection) -> int | None:
             entry_key = {"entry_queue": queue, "entry_name": name}
-            if not connection.execute(sql.cron_delete, entry_key).rowcount:
+            if not (await connection.execute(sql.cron_delete, entry_key)).rowcount:
                 return None
-            return self.removals.remove_on(
+            return await self.removals.remove_on(
                 connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
             )
 
-        return self.runner.transaction(uninstall)
+        return await self.runner.transaction(uninstall)
 
-    def install_runs(
+    async def install_runs(
         self, entry: CronEntry, runs: Sequence[Offer], now: int, *, limit: int, keep_until: int
     ) -> int | None:
         """Bring the entry's runs under `limit` and add the first of `runs` that fit; how
@@ -110,11 +110,11 @@ class SqlCronEntries:
         of_configuration = _runs_of(entry.queue, entry.name, entry.config_hash)
         statements = self.dialect.entry_runs
 
-        def install(connection: Connection) -> int | None:
-            current = connection.execute(sql.cron_select_for_update, key).first()
+        async def install(connection: Connection) -> int | None:
+            current = (await connection.execute(sql.cron_select_for_update, key)).first()
             if current is None or current.configHash != entry.config_hash:
                 return None
-            stored = sorted(connection.execute(statements.keys, of_configuration).scalars())
+            stored = sorted((await connection.execute(statements.keys, of_configuration)).scalars())
             kept = kept_run_count(
                 stored,
                 limit,
@@ -124,47 +124,36 @@ class SqlCronEntries:
             removed = 0
             if kept < len(stored):
                 after = {"after_key": stored[kept - 1]} if kept else {}
-                removed = self.removals.remove_on(
+                removed = await self.removals.remove_on(
                     connection, statements.delete_pending, {**of_configuration, **after}, now
                 )
             fresh = runs_to_install(
                 stored, [run.key for run in runs], limit - (len(stored) - removed)
             )
             chosen = set(fresh)
-            return sum(
-                len(self.inserts.many(connection, entry.queue, chunk, now))
-                for chunk in self.inserts.chunks([run for run in runs if run.key in chosen])
-            )
+            installed = 0
+            for chunk in self.inserts.chunks([run for run in runs if run.key in chosen]):
+                installed += len(await self.inserts.many(connection, entry.queue, chunk, now))
+            return installed
 
-        return self.runner.transaction(install)
+        return await self.runner.transaction(install)
 
-    def get(self, queue: str, name: str) -> CronEntry | None:
-        row = self.runner.read(
-            lambda connection: connection.execute(
-                sql.cron_select, {"entry_queue": queue, "entry_name": name}
-            ).first()
-        )
+    async def get(self, queue: str, name: str) -> CronEntry | None:
+        key = {"entry_queue": queue, "entry_name": name}
+        row = await self.runner.first(sql.cron_select, key)
         return None if row is None else _cron_entry(row)
 
-    def entries(self, queue: str | None = None) -> list[CronEntry]:
+    async def entries(self, queue: str | None = None) -> list[CronEntry]:
         """The entries of one queue, or of every queue, by queue and name."""
         if queue is None:
-            rows = self.runner.read(
-                lambda connection: connection.execute(sql.cron_list_all, {}).all()
-            )
+            rows = await self.runner.rows(sql.cron_list_all, {})
         else:
-            rows = self.runner.read(
-                lambda connection: connection.execute(sql.cron_list_queue, {"queue": queue}).all()
-            )
+            rows = await self.runner.rows(sql.cron_list_queue, {"queue": queue})
         return [_cron_entry(row) for row in rows]
 
-    def names(self) -> list[tuple[str, str]]:
+    async def names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every entry."""
-        return self.runner.read(
-            lambda connection: [
-                (row.queue, row.name) for row in connection.execute(sql.cron_names, {})
-            ]
-        )
+        return [(row.queue, row.name) for row in await self.runner.rows(sql.cron_names, {})]
 
 
 def _cron_row(entry: CronEntry) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Builds the SQLAlchemy engine and the Storage for a database URL."""
+"""Builds the Storage for a database URL: on the dialect's own connections (PostgreSQL's
+pool, app/storage/dialects/postgresql_direct.py), or on a SQLAlchemy engine's, each call
+on a thread (SQLite, MariaDB)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,10 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, exc
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.config import Settings
 from app.storage.calls import READINESS_CONNECTIONS
+from app.storage.connection import Connections, ThreadedConnections
 from app.storage.dialects import Bounds, Dialect, for_engine_url
 from app.storage.store import Storage
 
@@ -21,15 +23,8 @@ INSERT_ROWS_PER_STATEMENT = 200
 PING_AFTER_IDLE_SECONDS = 1.0
 
 
-def create_database_engine(
-    settings: Settings, dialect: Dialect | None = None, *, on_event_loop: bool = False
-) -> Engine:
-    """A pooled engine for `settings.database_url`, set up for its dialect.
-
-    With `on_event_loop`, and a driver that has an asyncio API (psycopg), the
-    engine does its I/O on the running event loop: its synchronous API is then
-    only usable from inside `sqlalchemy.util.greenlet_spawn` (see Storage).
-    """
+def create_database_engine(settings: Settings, dialect: Dialect | None = None) -> Engine:
+    """A pooled SQLAlchemy engine for `settings.database_url`, set up for its dialect."""
     dialect = dialect or for_engine_url(settings.database_url, bounds_of(settings))
     options = {
         # The readiness check's connection besides (app/storage/calls.py).
@@ -44,13 +39,7 @@ def create_database_engine(
         "insertmanyvalues_page_size": INSERT_ROWS_PER_STATEMENT,
         **dialect.engine_options(),
     }
-    if on_event_loop and dialect.has_asyncio_driver:
-        # Connections stay in autocommit; storage's transactions say BEGIN themselves.
-        engine = create_async_engine(
-            settings.database_url, isolation_level="AUTOCOMMIT", **options
-        ).sync_engine
-    else:
-        engine = create_engine(settings.database_url, **options)
+    engine = create_engine(settings.database_url, **options)
     _ping_doubtful_connections(engine, dialect, dialect.ping(engine))
     dialect.configure_engine(engine)
     return engine
@@ -98,8 +87,18 @@ def _ping_doubtful_connections(
             raise exc.DisconnectionError() from error
 
 
-def create_storage(settings: Settings, *, on_event_loop: bool = False) -> Storage:
-    """The Storage for `settings.database_url`, owning a new engine (see create_database_engine)."""
+def create_storage(settings: Settings) -> Storage:
+    """The Storage for `settings.database_url`, owning new connections: the dialect's own,
+    or a SQLAlchemy engine's on threads. Opens none yet: the first call does."""
     dialect = for_engine_url(settings.database_url, bounds_of(settings))
-    engine = create_database_engine(settings, dialect, on_event_loop=on_event_loop)
-    return Storage(engine, dialect, record_history=settings.history)
+    size = settings.pool_size + READINESS_CONNECTIONS  # /readyz's own besides
+    connections = dialect.connections(settings.database_url, size) or threaded_connections(
+        settings, dialect
+    )
+    return Storage(connections, dialect, record_history=settings.history)
+
+
+def threaded_connections(settings: Settings, dialect: Dialect) -> Connections:
+    """A new SQLAlchemy engine's connections, each call on a thread as many as its pool."""
+    engine = create_database_engine(settings, dialect)
+    return ThreadedConnections(engine, dialect, settings.pool_size + READINESS_CONNECTIONS)

@@ -3,11 +3,11 @@ old rows are pruned in batches (`SqlHistory`)."""
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
 
 from app.domain.messages import Finish
 from app.storage import lease_sql, sql
+from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.runner import Runner
 
@@ -33,7 +33,7 @@ class Removals:
             )
         }
 
-    def remove(
+    async def remove(
         self, removal: sql.Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
     ) -> int:
         """Delete what `removal` matches, recording it in the history; how many rows."""
@@ -41,9 +41,13 @@ class Removals:
             run = self.runner.autocommit  # one statement
         else:
             run = self.runner.transaction
-        return run(lambda connection: self.remove_on(connection, removal, parameters, now, finish))
 
-    def remove_on(
+        async def remove(connection: Connection) -> int:
+            return await self.remove_on(connection, removal, parameters, now, finish)
+
+        return await run(remove)
+
+    async def remove_on(
         self,
         connection: Connection,
         removal: sql.Removal,
@@ -53,14 +57,14 @@ class Removals:
     ) -> int:
         """`remove`, in the caller's transaction."""
         if not self.record:
-            return connection.execute(removal.delete, parameters).rowcount
+            return (await connection.execute(removal.delete, parameters)).rowcount
         parameters = {**parameters, "outcome": finish.value, "now": now}
         recorded_delete = self._recorded_deletes.get(removal)
         if recorded_delete is not None:
-            return connection.execute(recorded_delete, parameters).rowcount
-        return self.dialect.remove_recorded(connection, removal, parameters)
+            return (await connection.execute(recorded_delete, parameters)).rowcount
+        return await self.dialect.remove_recorded(connection, removal, parameters)
 
-    def remove_keys(
+    async def remove_keys(
         self, removal: sql.Removal, parameters: dict, now: int, finish: Finish
     ) -> list[str]:
         """Delete what `removal` matches (at most the 1000 keys it names), recording it in
@@ -72,13 +76,15 @@ class Removals:
             if self.dialect.removes_keys_in_one_statement
             else self.runner.transaction
         )
-        return run(
-            lambda connection: self.dialect.removed_keys(
+
+        async def remove(connection: Connection) -> list[str]:
+            return await self.dialect.removed_keys(
                 connection, removal, parameters, record=self.record
             )
-        )
 
-    def remove_all(self, removal: sql.Removal, parameters: dict, now: int) -> int:
+        return await run(remove)
+
+    async def remove_all(self, removal: sql.Removal, parameters: dict, now: int) -> int:
         """Delete every row `removal` matches, however many, in one transaction (a purge),
         recorded as dropped; how many.
 
@@ -86,11 +92,13 @@ class Removals:
         removes them in pages."""
         if self.record:
             parameters = {**parameters, "outcome": Finish.DROPPED.value, "now": now}
-        return self.runner.transaction(
-            lambda connection: self.dialect.remove_in_pages(
+
+        async def remove(connection: Connection) -> int:
+            return await self.dialect.remove_in_pages(
                 connection, removal, parameters, record=self.record
             )
-        )
+
+        return await self.runner.transaction(remove)
 
 
 class SqlHistory:
@@ -99,18 +107,22 @@ class SqlHistory:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
-    def prune(self, before: int, batch: int) -> int:
+    async def prune(self, before: int, batch: int) -> int:
         """Delete about `batch` history rows that finished before `before`; how many."""
 
-        def prune(connection: Connection) -> int:
-            end = connection.execute(
-                sql.history_batch_end, {"before": before, "last": batch - 1}
+        async def prune(connection: Connection) -> int:
+            end = (
+                await connection.execute(
+                    sql.history_batch_end, {"before": before, "last": batch - 1}
+                )
             ).first()
             if end is None:  # fewer than a batch left
-                return connection.execute(sql.history_prune_rest, {"before": before}).rowcount
-            return connection.execute(
+                pruned = await connection.execute(sql.history_prune_rest, {"before": before})
+                return pruned.rowcount
+            pruned = await connection.execute(
                 sql.history_prune_batch,
                 {"upto_finished_at": end.finishedAt, "upto_id": end.id},
-            ).rowcount
+            )
+            return pruned.rowcount
 
-        return self.runner.transaction(prune)
+        return await self.runner.transaction(prune)

@@ -23,12 +23,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES
 from app.storage import sql
+from app.storage.connection import Connection
 from app.storage.sql import Removal, columns, removal
 from app.storage.tables import delayed_queue as queue_table
 
@@ -244,7 +244,7 @@ def keyed_locks(listed: Callable[[Any, str], Any] = listed) -> KeyedLocks:
     )
 
 
-def release_due(
+async def release_due(
     connection: Connection, statement: Update, parameters: dict, due: dict[int, int]
 ) -> None:
     """Release the rows `due` maps (id → due time) with `statement` (KeyedLocks.release_rows),
@@ -254,7 +254,7 @@ def release_due(
     for row_id, at in due.items():
         by_time.setdefault(at, []).append(row_id)
     for at, ids in by_time.items():
-        connection.execute(statement, {**parameters, "at": at, "ids": ids})
+        await connection.execute(statement, {**parameters, "at": at, "ids": ids})
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +304,7 @@ def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
     return len(sizes)
 
 
-def read_payloads(
+async def read_payloads(
     connection: Connection,
     statement: Select[Any],
     sized: Sequence[tuple[int, int]],
@@ -321,13 +321,13 @@ def read_payloads(
             size += sized[end][1]
             end += 1
         ids = [row_id for row_id, _ in sized[start:end]]
-        found = connection.execute(statement, {**parameters, "ids": ids})
+        found = await connection.execute(statement, {**parameters, "ids": ids})
         payloads.update((row.id, row.payload) for row in found)
         start = end
     return payloads
 
 
-def claim_select_then_update(
+async def claim_select_then_update(
     connection: Connection, candidates: Select, parameters: dict
 ) -> list[ClaimedRow]:
     """Poll for databases without `UPDATE … RETURNING`, in one transaction: select the
@@ -354,12 +354,12 @@ def claim_select_then_update(
             dead_lettered_from=row.deadLetteredFrom,
             priority=row.priority,
         )
-        for row in connection.execute(candidates, {**parameters, **inline})
+        for row in await connection.execute(candidates, {**parameters, **inline})
     ]
     sizes = [row.answer_bytes(parameters.get("max_deliveries")) for row in rows]
     rows = rows[: answer_length(sizes, parameters["max_bytes"])]
     if not rows:
         return []
     update = claim_update_limited if "max_deliveries" in parameters else claim_update
-    connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
+    await connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
     return rows

@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import (
     Claim,
@@ -25,6 +23,7 @@ from app.domain.messages import (
     every_queue,
 )
 from app.storage import lease_sql, sql
+from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
 from app.storage.runner import Runner
@@ -48,7 +47,7 @@ class SqlLeases:
         self.dialect = dialect
         self.removals = removals
 
-    def poll(
+    async def poll(
         self,
         queue: str,
         limit: int,
@@ -85,12 +84,16 @@ class SqlLeases:
             if self.dialect.claims_in_one_statement
             else self.runner.transaction
         )
-        claimed = run(lambda connection: self.dialect.claim(connection, parameters))
+
+        async def claim(connection: Connection) -> list[lease_sql.ClaimedRow]:
+            return await self.dialect.claim(connection, parameters)
+
+        claimed = await run(claim)
         try:
-            claimed = self._with_payloads(claimed, lock_id, max_deliveries)
+            claimed = await self._with_payloads(claimed, lock_id, max_deliveries)
         except StorageUnavailable:
             # The poll answers 503: nobody may be left holding what it took.
-            self._give_back(queue, claimed, lock_id, max_deliveries)
+            await self._give_back(queue, claimed, lock_id, max_deliveries)
             raise
         # The claim's order (lease_sql.CLAIM_ORDER), which not every statement keeps.
         claimed.sort(key=lambda row: (-row.priority, row.previous_scheduled_at, row.id))
@@ -101,7 +104,9 @@ class SqlLeases:
         if len(deliveries) < len(claimed):
             assert settings is not None
             try:
-                dead_lettered = self._dead_letter(queue, parameters["dead_lock_id"], settings, now)
+                dead_lettered = await self._dead_letter(
+                    queue, parameters["dead_lock_id"], settings, now
+                )
             except StorageUnavailable as error:
                 # The deliveries stand; the held rows come back when the hold ends.
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
@@ -110,7 +115,7 @@ class SqlLeases:
             deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries), before=before
         )
 
-    def _with_payloads(
+    async def _with_payloads(
         self, claimed: list[lease_sql.ClaimedRow], lock_id: str, max_deliveries: int | None
     ) -> list[lease_sql.ClaimedRow]:
         """`claimed` with the payloads the claim left out read, after it committed: the
@@ -120,11 +125,13 @@ class SqlLeases:
         if not missing:
             return claimed
         sized = [(row.id, row.payload_bytes) for row in missing]
-        payloads = self.runner.read(
-            lambda connection: lease_sql.read_payloads(
+
+        async def payloads_of(connection: Connection) -> dict[int, bytes]:
+            return await lease_sql.read_payloads(
                 connection, self.dialect.claimed_payloads, sized, {"lock_id": lock_id}
             )
-        )
+
+        payloads = await self.runner.read(payloads_of)
         read = {row.id for row in missing}
         return [
             dataclasses.replace(row, payload=payloads[row.id]) if row.id in read else row
@@ -132,7 +139,7 @@ class SqlLeases:
             if row.id not in read or row.id in payloads
         ]
 
-    def _give_back(
+    async def _give_back(
         self,
         queue: str,
         claimed: list[lease_sql.ClaimedRow],
@@ -152,7 +159,7 @@ class SqlLeases:
         """
         delivered = [_before(row) for row in claimed if row.delivered(max_deliveries)]
         try:
-            self.give_back(queue, lock_id, delivered)
+            await self.give_back(queue, lock_id, delivered)
         except StorageUnavailable as error:
             log.warning(
                 "a poll of %r could not give back the %d messages it leased and cannot "
@@ -162,14 +169,15 @@ class SqlLeases:
                 error,
             )
 
-    def give_back(self, queue: str, lock_id: str, claimed: Sequence[Claimed]) -> int:
+    async def give_back(self, queue: str, lock_id: str, claimed: Sequence[Claimed]) -> int:
         """Undo a claim for rows nobody received: each row of `claimed` the lock still holds
         goes back as it was before (due when it was, held as it was, its delivery counts
         as they were); how many did."""
 
-        def give_back(connection: Connection) -> int:
-            return sum(
-                connection.execute(
+        async def give_back(connection: Connection) -> int:
+            given = 0
+            for row in claimed:
+                undone = await connection.execute(
                     lease_sql.claim_give_back,
                     {
                         "claimed_id": row.id,
@@ -180,13 +188,15 @@ class SqlLeases:
                         "previous_first_delivered_at": row.first_delivered_at,
                         "previous_last_delivered_at": row.last_delivered_at,
                     },
-                ).rowcount
-                for row in claimed
-            )
+                )
+                given += undone.rowcount
+            return given
 
-        return self.runner.transaction(give_back)
+        return await self.runner.transaction(give_back)
 
-    def _dead_letter(self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int) -> int:
+    async def _dead_letter(
+        self, queue: str, dead_lock_id: str, settings: QueueSettings, now: int
+    ) -> int:
         """Move what a poll held under `dead_lock_id` to the dead-letter queue; how many.
 
         A dead letter whose key the dead-letter queue already holds replaces the
@@ -196,42 +206,39 @@ class SqlLeases:
         dead_letter_queue = settings.effective_dead_letter_queue
         held = {"queue": queue, "dead_lock_id": dead_lock_id}
 
-        def move(connection: Connection) -> int:
-            keys = connection.execute(lease_sql.dead_letter_keys, held).scalars().all()
+        async def move(connection: Connection) -> int:
+            keys = (await connection.execute(lease_sql.dead_letter_keys, held)).scalars().all()
             if not keys:
                 return 0
-            taken = (
-                connection.execute(
-                    self.dialect.existing_keys, {"queue": dead_letter_queue, "keys": list(keys)}
-                )
-                .scalars()
-                .all()
-            )
+            there_now = {"queue": dead_letter_queue, "keys": list(keys)}
+            taken = (await connection.execute(self.dialect.existing_keys, there_now)).scalars()
             waiting = set()
-            for key in taken:
+            for key in taken.all():
                 there = {"queue": dead_letter_queue, "key": key}
-                if connection.execute(lease_sql.message_held, {**there, "now": now}).scalar():
+                held_there = await connection.execute(lease_sql.message_held, {**there, "now": now})
+                if held_there.scalar():
                     waiting.add(key)
                 else:
-                    self.removals.remove_on(connection, sql.message_delete, there, now)
+                    await self.removals.remove_on(connection, sql.message_delete, there, now)
             moved = 0
             for key in keys:
                 if key in waiting:
                     continue
                 parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue}
                 if self.removals.record:
-                    connection.execute(
+                    await connection.execute(
                         lease_sql.dead_letter_record,
                         {**parameters, "outcome": Finish.DEAD_LETTERED.value, "now": now},
                     )
-                moved += connection.execute(
+                gone = await connection.execute(
                     lease_sql.dead_letter_move, {**parameters, "now": now}
-                ).rowcount
+                )
+                moved += gone.rowcount
             return moved
 
-        return self.runner.transaction_over_keys(move, f"dead-lettering in {queue!r}")
+        return await self.runner.transaction_over_keys(move, f"dead-lettering in {queue!r}")
 
-    def redrive(
+    async def redrive(
         self,
         queue: str,
         to: str | None,
@@ -249,10 +256,14 @@ class SqlLeases:
         while moved < limit:
             chunk = min(_REDRIVE_CHUNK, limit - moved)
 
-            def redrive(connection: Connection, after: int = after, chunk: int = chunk):
-                rows = connection.execute(
-                    lease_sql.redrive_candidates,
-                    {"queue": queue, "now": now, "after": after, "limit": chunk},
+            async def redrive(
+                connection: Connection, after: int = after, chunk: int = chunk
+            ) -> tuple[Redrive, int, int]:
+                rows = (
+                    await connection.execute(
+                        lease_sql.redrive_candidates,
+                        {"queue": queue, "now": now, "after": after, "limit": chunk},
+                    )
                 ).all()
                 by_target: dict[str | None, list[str]] = {}
                 for row in rows:
@@ -265,22 +276,22 @@ class SqlLeases:
                     if not may_use(target):
                         forbidden += len(keys)
                         continue
-                    taken = set(
-                        connection.execute(
-                            self.dialect.existing_keys, {"queue": target, "keys": keys}
-                        ).scalars()
+                    existing = await connection.execute(
+                        self.dialect.existing_keys, {"queue": target, "keys": keys}
                     )
+                    taken = set(existing.scalars())
                     skipped += len(taken)
                     for key in keys:
                         if key not in taken:
-                            moved += connection.execute(
+                            went = await connection.execute(
                                 lease_sql.redrive_move,
                                 {"queue": queue, "key": key, "target": target, "now": now},
-                            ).rowcount
+                            )
+                            moved += went.rowcount
                 last = rows[-1].id if rows else after
                 return Redrive(moved, skipped, forbidden), len(rows), last
 
-            done, examined, after = self.runner.transaction_over_keys(
+            done, examined, after = await self.runner.transaction_over_keys(
                 redrive, f"redriving {queue!r}"
             )
             moved += done.moved
@@ -290,40 +301,40 @@ class SqlLeases:
                 break
         return Redrive(moved, skipped, forbidden)
 
-    def acknowledge(self, queue: str, lock_id: str, now: int) -> int:
+    async def acknowledge(self, queue: str, lock_id: str, now: int) -> int:
         """Delete what `lock_id` still holds; how many messages that was."""
-        return self.removals.remove(
+        return await self.removals.remove(
             lease_sql.lock_acknowledge,
             {"queue": queue, "lock_id": lock_id},
             now,
             Finish.ACKNOWLEDGED,
         )
 
-    def acknowledge_keys(
+    async def acknowledge_keys(
         self, queue: str, lock_id: str, keys: Sequence[str], now: int
     ) -> list[str]:
         """Delete those of `keys` (at most 1000) that `lock_id` still holds, recorded as
         acknowledged like a whole lock's; the keys deleted. The others stay as they are."""
-        return self.removals.remove_keys(
+        return await self.removals.remove_keys(
             self.dialect.keyed_locks.acknowledge,
             {"queue": queue, "lock_id": lock_id, "keys": list(keys)},
             now,
             Finish.ACKNOWLEDGED,
         )
 
-    def extend(self, queue: str, lock_id: str, until: int) -> int:
+    async def extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
-        return self.runner.single(
+        return await self.runner.single(
             lease_sql.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
         )
 
-    def release(self, queue: str, lock_id: str, at: int) -> int:
+    async def release(self, queue: str, lock_id: str, at: int) -> int:
         """Give back what `lock_id` holds, due again at `at`."""
-        return self.runner.single(
+        return await self.runner.single(
             lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
         )
 
-    def release_each(
+    async def release_each(
         self,
         queue: str,
         lock_id: str,
@@ -342,17 +353,17 @@ class SqlLeases:
         else:
             statement, parameters = self.dialect.keyed_locks.held, {**held, "keys": list(keys)}
 
-        def release(connection: Connection) -> list[str]:
-            rows = connection.execute(statement, parameters).all()
+        async def release(connection: Connection) -> list[str]:
+            rows = (await connection.execute(statement, parameters)).all()
             times = {}
             for row in rows:
                 at = due(row.deliveries)
                 # A release must read as a redelivery (see lease_sql.lock_release).
                 times[row.id] = at - 1 if at == row.scheduledAtInitially else at
-            self.dialect.release_due(connection, held, times)
+            await self.dialect.release_due(connection, held, times)
             return [row.pKey for row in rows]
 
-        return self.runner.transaction(release)
+        return await self.runner.transaction(release)
 
 
 def _before(row: lease_sql.ClaimedRow) -> Claimed:

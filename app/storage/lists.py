@@ -24,7 +24,6 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES as MESSAGE_ENVELOPE_BYTES
@@ -40,6 +39,7 @@ from app.domain.pages import (
     key_prefix_end,
 )
 from app.storage import lease_sql, sql
+from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.messages import message_of
 from app.storage.runner import Runner
@@ -61,7 +61,7 @@ class SqlLists:
         self.runner = runner
         self.dialect = dialect
 
-    def messages(
+    async def messages(
         self,
         queue: str,
         *,
@@ -80,17 +80,14 @@ class SqlLists:
             queue, state=state, prefix=prefix, after=after, limit=limit, now=now
         )
 
-        def read(connection: Connection) -> Sequence[Any]:
-            return connection.execute(statement, parameters).all()
-
-        rows = list(self.runner.read(read))
+        rows = await self.runner.rows(statement, parameters)
         more = len(rows) > limit
         rows = rows[:limit]
         sizes = [row.payload_bytes + MESSAGE_ENVELOPE_BYTES for row in rows]
         fitting = lease_sql.answer_length(sizes, _UNBOUNDED if max_bytes is None else max_bytes)
         more = more or fitting < len(rows)
         rows = rows[:fitting]
-        payloads = self._payloads(queue, [row for row in rows if row.payload is None])
+        payloads = await self._payloads(queue, [row for row in rows if row.payload is None])
         messages = [
             message_of(queue, row, row.payload if row.payload is not None else payloads[row.id])
             for row in rows
@@ -143,19 +140,21 @@ class SqlLists:
             parameters["after_key"] = after.key
         return statement, parameters
 
-    def _payloads(self, queue: str, rows: Sequence[Any]) -> dict[int, bytes]:
+    async def _payloads(self, queue: str, rows: Sequence[Any]) -> dict[int, bytes]:
         """The payloads of `rows` (too large to read with them), by id; a message deleted
         since has none, and one updated since has its new payload (read after its row)."""
         if not rows:
             return {}
         sized = [(row.id, row.payload_bytes) for row in rows]
-        return self.runner.read(
-            lambda connection: lease_sql.read_payloads(
+
+        async def read(connection: Connection) -> dict[int, bytes]:
+            return await lease_sql.read_payloads(
                 connection, self.dialect.payloads_by_id, sized, {"queue": queue}
             )
-        )
 
-    def history(
+        return await self.runner.read(read)
+
+    async def history(
         self,
         queue: str,
         *,
@@ -170,10 +169,7 @@ class SqlLists:
             queue, key=key, outcome=outcome, before=before, limit=limit
         )
 
-        def read(connection: Connection) -> Sequence[Any]:
-            return connection.execute(statement, parameters).all()
-
-        rows = list(self.runner.read(read))
+        rows = await self.runner.rows(statement, parameters)
         more = len(rows) > limit
         rows = rows[:limit]
         entries = [

@@ -3,10 +3,8 @@ and next due time, and purging a queue."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
-
-from sqlalchemy.engine import Connection
 
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import (
@@ -20,6 +18,7 @@ from app.domain.messages import (
     every_queue,
 )
 from app.storage import sql
+from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
 from app.storage.runner import Runner, chunks
@@ -46,18 +45,16 @@ class Inserts:
             sql.columns.pKey
         )
 
-    def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
+    async def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in."""
-        return (
-            connection.execute(self.returning_keys, offer_row(queue, offer, now)).first()
-            is not None
-        )
+        inserted = await connection.execute(self.returning_keys, offer_row(queue, offer, now))
+        return inserted.first() is not None
 
-    def many(
+    async def many(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
     ) -> Sequence[str]:
         """INSERT those of `offers` (one chunk, distinct keys) whose keys are free; their keys."""
-        return self.dialect.insert_many(
+        return await self.dialect.insert_many(
             connection, self.returning_keys, [offer_row(queue, offer, now) for offer in offers]
         )
 
@@ -87,20 +84,20 @@ def sized_chunks(
         start = end
 
 
-def _inserted(
+async def _inserted(
     pieces: Iterator[Sequence[Offer]],
-    insert: Callable[[Connection, Sequence[Offer]], Sequence[str]],
-    run: Callable[[Callable[[Connection], Sequence[str]]], Sequence[str]],
+    insert: Callable[[Connection, Sequence[Offer]], Awaitable[Sequence[str]]],
+    run: Callable[[Callable[[Connection], Awaitable[Sequence[str]]]], Awaitable[Sequence[str]]],
 ) -> set[str]:
     """The keys that `insert` put in, piece by piece, each piece run by `run` (in a
     transaction of its own, or autocommit)."""
     created: set[str] = set()
     for piece in pieces:
 
-        def one(connection: Connection, piece: Sequence[Offer] = piece) -> Sequence[str]:
-            return insert(connection, piece)
+        async def one(connection: Connection, piece: Sequence[Offer] = piece) -> Sequence[str]:
+            return await insert(connection, piece)
 
-        created.update(run(one))
+        created.update(await run(one))
     return created
 
 
@@ -113,7 +110,7 @@ class SqlMessages:
         self.removals = removals
         self.inserts = Inserts(dialect)
 
-    def offer(
+    async def offer(
         self,
         queue: str,
         offer: Offer,
@@ -128,15 +125,20 @@ class SqlMessages:
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
-        if can_create and self.runner.autocommit(
-            lambda connection: self.inserts.one(connection, queue, offer, now)
-        ):
-            return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
-        return self.runner.transaction(
-            lambda connection: self._offer(connection, queue, offer, now, can_create, may_use)
-        )
+        if can_create:
 
-    def offer_many(
+            async def insert(connection: Connection) -> bool:
+                return await self.inserts.one(connection, queue, offer, now)
+
+            if await self.runner.autocommit(insert):
+                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+
+        async def store(connection: Connection) -> OfferOutcome | None:
+            return await self._offer(connection, queue, offer, now, can_create, may_use)
+
+        return await self.runner.transaction(store)
+
+    async def offer_many(
         self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
     ) -> list[Outcome]:
         """Offer many messages; outcomes in input order, a repeated key as if offered in sequence.
@@ -148,9 +150,9 @@ class SqlMessages:
         would ignore it at the moment of that read. The rest take the one-by-one
         path of a single offer (and its rule for a dead letter's origin, by `may_use`).
         """
-        return self._offer_batch(queue, offers, now, may_use, self._insert_in_chunks)
+        return await self._offer_batch(queue, offers, now, may_use, self._insert_in_chunks)
 
-    def offer_bulk(
+    async def offer_bulk(
         self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue
     ) -> list[Outcome]:
         """offer_many for bulk loads (the import), with the same outcomes, rows and counts.
@@ -161,37 +163,37 @@ class SqlMessages:
         it did not insert go on exactly as in offer_many. Elsewhere, offer_many.
         """
         if self.dialect.bulk_rows is None:
-            return self.offer_many(queue, offers, now, may_use)
-        return self._offer_batch(queue, offers, now, may_use, self._insert_in_bulk)
+            return await self.offer_many(queue, offers, now, may_use)
+        return await self._offer_batch(queue, offers, now, may_use, self._insert_in_bulk)
 
-    def _insert_in_chunks(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
+    async def _insert_in_chunks(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
         """Insert `firsts` (distinct keys) whose keys are free, INSERT_CHUNK rows a
         statement, each its own transaction; the keys that went in."""
 
-        def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
-            return self.inserts.many(connection, queue, chunk, now)
+        async def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
+            return await self.inserts.many(connection, queue, chunk, now)
 
-        return _inserted(self.inserts.chunks(firsts), insert, self.runner.autocommit)
+        return await _inserted(self.inserts.chunks(firsts), insert, self.runner.autocommit)
 
-    def _insert_in_bulk(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
+    async def _insert_in_bulk(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
         """Insert `firsts` (distinct keys) whose keys are free through the dialect's bulk
         path, `dialect.bulk_rows` (and at most BULK_BYTES) a transaction; the keys that
         went in."""
         assert self.dialect.bulk_rows is not None  # offer_bulk checked
 
-        def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
-            return self.dialect.insert_bulk(connection, queue, chunk, now)
+        async def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
+            return await self.dialect.insert_bulk(connection, queue, chunk, now)
 
         pieces = sized_chunks(firsts, self.dialect.bulk_rows, BULK_BYTES)
-        return _inserted(pieces, insert, self.runner.transaction)
+        return await _inserted(pieces, insert, self.runner.transaction)
 
-    def _offer_batch(
+    async def _offer_batch(
         self,
         queue: str,
         offers: Sequence[Offer],
         now: int,
         may_use: QueueFilter,
-        insert_firsts: Callable[[str, Sequence[Offer], int], set[str]],
+        insert_firsts: Callable[[str, Sequence[Offer], int], Awaitable[set[str]]],
     ) -> list[Outcome]:
         """offer_many, with `insert_firsts` inserting the first occurrence of each key
         unless it exists (and telling which went in)."""
@@ -201,9 +203,9 @@ class SqlMessages:
             first_index.setdefault(offer.key, index)
 
         firsts = [offers[index] for index in first_index.values()]
-        created = insert_firsts(queue, firsts, now)
+        created = await insert_firsts(queue, firsts, now)
 
-        unchanged = self._unchanged(
+        unchanged = await self._unchanged(
             queue,
             [
                 offer
@@ -222,17 +224,19 @@ class SqlMessages:
                 outcomes.append(Outcome.IGNORED)
             else:
                 # Existing keys to update, later occurrences, and inserts that lost a race.
-                def store(connection: Connection, offer: Offer = offer) -> OfferOutcome | None:
-                    return self._offer(
+                async def store(
+                    connection: Connection, offer: Offer = offer
+                ) -> OfferOutcome | None:
+                    return await self._offer(
                         connection, queue, offer, now, can_create=True, may_use=may_use
                     )
 
-                stored = self.runner.transaction(store)
+                stored = await self.runner.transaction(store)
                 assert stored is not None  # can_create is on
                 outcomes.append(stored.outcome)
         return outcomes
 
-    def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
+    async def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
         """The keys of `offers` (one each) whose payload, time and priority are stored as
         offered.
 
@@ -243,15 +247,16 @@ class SqlMessages:
         digest = self.dialect.payload_digest
         for chunk in chunks(offers, INSERT_CHUNK):
 
-            def read(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[Any]:
+            async def read(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[Any]:
                 keys = [offer.key for offer in chunk]
-                return connection.execute(
+                found = await connection.execute(
                     self.dialect.stored_offers, {"queue": queue, "keys": keys}
-                ).all()
+                )
+                return found.all()
 
             stored = {
                 row.pKey: (row.digest, row.scheduledAtInitially, row.priority)
-                for row in self.runner.read(read)
+                for row in await self.runner.read(read)
             }
             unchanged.update(
                 offer.key
@@ -261,7 +266,7 @@ class SqlMessages:
             )
         return unchanged
 
-    def _offer(
+    async def _offer(
         self,
         connection: Connection,
         queue: str,
@@ -278,11 +283,15 @@ class SqlMessages:
         key_parameters = {"queue": queue, "key": offer.key}
         for _ in range(_OFFER_RACE_ATTEMPTS):
             if offer.if_exists is IfExists.IGNORE:
-                stored = connection.execute(sql.offer_stored_schedule, key_parameters).scalar()
+                stored = (
+                    await connection.execute(sql.offer_stored_schedule, key_parameters)
+                ).scalar()
                 if stored is not None:
                     return OfferOutcome(Outcome.IGNORED, stored)
             else:
-                current = connection.execute(sql.offer_select_for_update, key_parameters).first()
+                current = (
+                    await connection.execute(sql.offer_select_for_update, key_parameters)
+                ).first()
                 if current is not None:
                     if (current.payload, current.scheduledAtInitially, current.priority) == (
                         offer.payload,
@@ -290,16 +299,16 @@ class SqlMessages:
                         offer.priority,
                     ):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
-                    if self._swap(connection, key_parameters, current, offer, now, may_use):
+                    if await self._swap(connection, key_parameters, current, offer, now, may_use):
                         return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
                     continue  # changed since we read it: read it again
             if not can_create:
                 return None
-            if self.inserts.one(connection, queue, offer, now):
+            if await self.inserts.one(connection, queue, offer, now):
                 return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
         raise StorageUnavailable(f"too much contention on key {offer.key!r}; try again")
 
-    def _swap(
+    async def _swap(
         self,
         connection: Connection,
         key_parameters: dict,
@@ -310,73 +319,62 @@ class SqlMessages:
     ) -> bool:
         """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
         origin = current.deadLetteredFrom
-        return (
-            connection.execute(
-                sql.offer_update,
-                {
-                    **key_parameters,
-                    "old_scheduled_at_initially": current.scheduledAtInitially,
-                    "old_created_at": current.createdAt,
-                    "old_origin": origin,
-                    "new_origin": origin if origin is not None and may_use(origin) else None,
-                    "new_payload": offer.payload,
-                    "new_priority": offer.priority,
-                    "new_scheduled_at": offer.scheduled_at,
-                    "now": now,
-                },
-            ).rowcount
-            == 1
+        swapped = await connection.execute(
+            sql.offer_update,
+            {
+                **key_parameters,
+                "old_scheduled_at_initially": current.scheduledAtInitially,
+                "old_created_at": current.createdAt,
+                "old_origin": origin,
+                "new_origin": origin if origin is not None and may_use(origin) else None,
+                "new_payload": offer.payload,
+                "new_priority": offer.priority,
+                "new_scheduled_at": offer.scheduled_at,
+                "now": now,
+            },
         )
+        return swapped.rowcount == 1
 
-    def get(self, queue: str, key: str) -> Message | None:
+    async def get(self, queue: str, key: str) -> Message | None:
         """The message under `key`, or None."""
-        row = self.runner.read(
-            lambda connection: connection.execute(
-                sql.message_get, {"queue": queue, "key": key}
-            ).first()
-        )
+        row = await self.runner.first(sql.message_get, {"queue": queue, "key": key})
         return None if row is None else message_of(queue, row, row.payload)
 
-    def delete(self, queue: str, key: str, now: int) -> bool:
+    async def delete(self, queue: str, key: str, now: int) -> bool:
         """Delete the message under `key`, leased or not; False when there was none."""
-        return self.removals.remove(sql.message_delete, {"queue": queue, "key": key}, now) > 0
+        parameters = {"queue": queue, "key": key}
+        return await self.removals.remove(sql.message_delete, parameters, now) > 0
 
-    def next_due(self, queue: str) -> int | None:
+    async def next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""
-        return self.runner.read(
-            lambda connection: connection.execute(sql.queue_next_due, {"queue": queue}).scalar()
-        )
+        return await self.runner.scalar(sql.queue_next_due, {"queue": queue})
 
-    def stats(self, queue: str, now: int) -> QueueStats:
+    async def stats(self, queue: str, now: int) -> QueueStats:
         """Counts by state; zeros for a queue that holds nothing."""
-        row = self.runner.read(
-            lambda connection: connection.execute(
-                sql.queue_stats, {"queue": queue, "now": now}
-            ).first()
-        )
+        row = await self.runner.first(sql.queue_stats, {"queue": queue, "now": now})
         if row is None:
             return QueueStats(queue, 0, 0, 0, 0, None, None)
         return _stats(row)
 
-    def all_stats(self, now: int) -> list[QueueStats]:
+    async def all_stats(self, now: int) -> list[QueueStats]:
         """Stats of every queue that holds messages or cron entries, by name."""
 
-        def read(connection: Connection) -> tuple[Sequence[Any], Sequence[str]]:
+        async def read(connection: Connection) -> tuple[Sequence[Any], Sequence[str]]:
             return (
-                connection.execute(sql.queues_stats, {"now": now}).all(),
-                connection.execute(sql.cron_queues, {}).scalars().all(),
+                (await connection.execute(sql.queues_stats, {"now": now})).all(),
+                (await connection.execute(sql.cron_queues, {})).scalars().all(),
             )
 
-        rows, cron_queues = self.runner.read(read)
+        rows, cron_queues = await self.runner.read(read)
         stats = {row.pKind: _stats(row) for row in rows}
         for queue in cron_queues:
             stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
         return [stats[queue] for queue in sorted(stats)]
 
-    def purge(self, queue: str, now: int) -> int:
+    async def purge(self, queue: str, now: int) -> int:
         """Delete every message of the queue; how many there were (in pages, one
         transaction still: see Removals.remove_all)."""
-        return self.removals.remove_all(sql.queue_purge, {"queue": queue}, now)
+        return await self.removals.remove_all(sql.queue_purge, {"queue": queue}, now)
 
 
 def message_of(queue: str, row: Any, payload: bytes) -> Message:

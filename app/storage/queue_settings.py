@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from app.domain.messages import PushTarget, QueueSettings, RetryPolicy
 from app.storage import sql
+from app.storage.connection import Connection
 from app.storage.runner import Runner
 
 
@@ -17,28 +16,20 @@ class SqlSettings:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
-    def get(self, queue: str) -> QueueSettings | None:
+    async def get(self, queue: str) -> QueueSettings | None:
         """The queue's own settings, or None when it has the defaults."""
-        row = self.runner.read(
-            lambda connection: connection.execute(sql.settings_select, {"queue": queue}).first()
-        )
+        row = await self.runner.first(sql.settings_select, {"queue": queue})
         return None if row is None else _settings_of(row)
 
-    def pushing(self) -> list[QueueSettings]:
+    async def pushing(self) -> list[QueueSettings]:
         """The settings of every queue that pushes its messages, by queue name."""
-        return self.runner.read(
-            lambda connection: [
-                _settings_of(row) for row in connection.execute(sql.settings_pushing, {})
-            ]
-        )
+        return [_settings_of(row) for row in await self.runner.rows(sql.settings_pushing, {})]
 
-    def queues(self) -> list[str]:
+    async def queues(self) -> list[str]:
         """The queues that have settings of their own."""
-        return self.runner.read(
-            lambda connection: list(connection.execute(sql.settings_queues, {}).scalars())
-        )
+        return [row[0] for row in await self.runner.rows(sql.settings_queues, {})]
 
-    def put(self, settings: QueueSettings) -> QueueSettings:
+    async def put(self, settings: QueueSettings) -> QueueSettings:
         """Store the queue's settings, replacing any it had."""
         retry = settings.retry
         retry_columns = {
@@ -67,12 +58,12 @@ class SqlSettings:
             "now": settings.updated_at,
         }
 
-        def put(connection: Connection) -> None:
-            updated = connection.execute(
+        async def put(connection: Connection) -> None:
+            updated = await connection.execute(
                 sql.settings_update, {"settings_queue": settings.queue, **values}
-            ).rowcount
-            if not updated:
-                connection.execute(
+            )
+            if not updated.rowcount:
+                await connection.execute(
                     sql.settings_insert,
                     {
                         "queue": settings.queue,
@@ -85,7 +76,7 @@ class SqlSettings:
                     },
                 )
 
-        self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
+        await self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
 
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import exc
-from sqlalchemy.engine import Connection, Engine
-
 from app.storage import sql
+from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
 from app.storage.dialects import Dialect
 from app.storage.history import Removals, SqlHistory
@@ -29,16 +27,16 @@ from app.storage.runner import Runner
 
 
 class Storage:
-    """The rooms over SQLAlchemy Core; `dialect` supplies what differs per database."""
+    """The rooms over SQLAlchemy Core statements, awaited on `connections`; `dialect`
+    supplies what differs per database."""
 
-    def __init__(self, engine: Engine, dialect: Dialect, *, record_history: bool = True) -> None:
-        self.engine = engine
+    def __init__(
+        self, connections: Connections, dialect: Dialect, *, record_history: bool = True
+    ) -> None:
+        self.connections = connections
         self.dialect = dialect
-        # The one way their statements run: transactions, retries, bounds, error translation.
-        self.runner = Runner(engine, dialect)
-        # True when calls must run on the event loop, inside sqlalchemy.util.greenlet_spawn;
-        # False when they block, and belong on a thread.
-        self.runs_on_event_loop = self.runner.runs_on_event_loop
+        # The one way their statements run: transactions, retries.
+        self.runner = Runner(connections, dialect)
         removals = Removals(self.runner, dialect, record=record_history)
         self.messages = SqlMessages(self.runner, dialect, removals)
         self.leases = SqlLeases(self.runner, dialect, removals)
@@ -47,23 +45,17 @@ class Storage:
         self.history = SqlHistory(self.runner)
         self.lists = SqlLists(self.runner, dialect)
 
-    def schema_revision(self) -> str | None:
+    async def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
+        try:
+            return await self.runner.scalar(sql.schema_revision, {})
+        except SchemaMissing:
+            return None  # no alembic_version table: never migrated
 
-        def read(connection: Connection) -> str | None:
-            try:
-                return connection.execute(sql.schema_revision, {}).scalar()
-            except exc.DBAPIError as error:
-                if self.dialect.is_schema_missing(error):
-                    return None  # no alembic_version table: never migrated
-                raise
-
-        return self.runner.read(read)
-
-    def listen_statements(self, listener: Callable[[], object]) -> None:
-        """Call `listener` after every statement sent to the database."""
+    def listen_statements(self, listener: Callable[[str], object]) -> None:
+        """Call `listener(sql)` after every statement sent to the database, with its text."""
         self.runner.listen_statements(listener)
 
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self.runner.close()
+    async def close(self) -> None:
+        """Close every connection."""
+        await self.runner.close()

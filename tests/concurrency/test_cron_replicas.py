@@ -9,14 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event as sqlalchemy_event
 
 from app.config import Settings
 from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry, run_key
 from app.domain.messages import IfExists, Offer
 from app.main import create_app
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.helpers import keys_of, poll, stored_rows
 
@@ -72,7 +71,7 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
     and the entry keeps its limit (reading at once, each would add its own 10)."""
     truncate_all(server_url)
     settings = Settings(database_url=server_url, auto_migrate=False)
-    first, second = create_storage(settings), create_storage(settings)
+    first, second = create_blocking_storage(settings), create_blocking_storage(settings)
     schedule = Schedule(every=1)
     entry = CronEntry(
         queue="reports",
@@ -88,7 +87,7 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
     first_has_read, second_has_read = threading.Event(), threading.Event()
 
     def after_reading_runs(event: threading.Event, then=None):
-        def listener(_connection, _cursor, statement: str, *_args: object) -> None:
+        def listener(statement: str) -> None:
             if statement.startswith("SELECT delayed_queue.") and " LIKE " in statement:
                 event.set()
                 if then is not None:
@@ -97,12 +96,8 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
 
         return listener
 
-    sqlalchemy_event.listen(
-        first.engine, "after_cursor_execute", after_reading_runs(first_has_read, second_has_read)
-    )
-    sqlalchemy_event.listen(
-        second.engine, "after_cursor_execute", after_reading_runs(second_has_read)
-    )
+    first.listen_statements(after_reading_runs(first_has_read, second_has_read))
+    second.listen_statements(after_reading_runs(second_has_read))
 
     def install(store, now: int) -> int | None:
         runs = [
@@ -125,5 +120,5 @@ def test_replicas_installing_runs_of_one_entry_at_once_keep_it_within_its_bound(
             assert late.result(timeout=30) == 0
         assert len(stored_rows(server_url)) == 10
     finally:
-        first.engine.dispose()
-        second.engine.dispose()
+        first.close()
+        second.close()

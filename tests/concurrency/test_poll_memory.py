@@ -17,7 +17,7 @@ import httpx
 
 from app.config import Settings
 from app.domain.messages import IfExists, Offer
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from tests.server import running_server
 
 PAYLOAD_BYTES = 262_144  # HOURGLASS_MAX_PAYLOAD_BYTES's default
@@ -38,7 +38,7 @@ def _json_string(length: int, letter: bytes) -> bytes:
 
 
 def _store_messages(settings: Settings) -> None:
-    store = create_storage(settings)
+    store = create_blocking_storage(settings)
     try:
         due = round(time.time() * 1000) - 60_000
 

@@ -141,7 +141,7 @@ def test_offering_stored_messages_again_reads_them_back_in_chunks(store):
     offers = [Offer(f"k{index:04d}", b'{"i":%d}' % index, START_MS) for index in range(1000)]
     assert set(store.messages.offer_many("q", offers, START_MS)) == {Outcome.CREATED}
     statements = []
-    store.listen_statements(lambda: statements.append(1))
+    store.listen_statements(lambda _statement: statements.append(1))
 
     again = store.messages.offer_many("q", offers, START_MS + 1)
     assert set(again) == {Outcome.IGNORED}

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from app.main import create_app
+from app.storage.blocking import create_blocking_storage
 from app.storage.dialects.base import (
     KEEPALIVE_IDLE_SECONDS,
     KEEPALIVE_INTERVAL_SECONDS,
     UNACKNOWLEDGED_SECONDS,
 )
-from app.storage.engine import create_storage
 from tests.conftest import SERVERS, Database, FakeClock, truncate_all
 from tests.helpers import history_rows, put
 from tests.locking import busy_sessions, locked_from_outside
@@ -155,7 +155,9 @@ def test_a_purge_of_a_large_queue_keeps_every_statement_within_the_bound(server,
 def test_connections_keep_alive_and_give_up_on_unacknowledged_data(server, request):
     # What lets the kernel drop a connection to a peer that vanished without a reset,
     # between statements too: read back from the socket of a pooled connection.
-    store = create_storage(Database(server, request.getfixturevalue(f"{server}_url")).settings())
+    store = create_blocking_storage(
+        Database(server, request.getfixturevalue(f"{server}_url")).settings()
+    )
     try:
         pooled = store.engine.raw_connection()
         try:

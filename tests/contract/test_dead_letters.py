@@ -359,10 +359,10 @@ def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
     assert [d.message.key for d in poll_store(1, START_MS).deliveries] == ["old"]
     later = START_MS + LEASE * 1000  # "old" is due again, past its one delivery
 
-    def database_gone(*_arguments):
+    async def database_gone(*_arguments):
         raise StorageUnavailable("the database is unavailable; retry shortly")
 
-    monkeypatch.setattr(store.leases, "_dead_letter", database_gone)
+    monkeypatch.setattr(store.storage.leases, "_dead_letter", database_gone)
     claim = poll_store(2, later, lease_ms=3_600_000)
     assert [d.message.key for d in claim.deliveries] == ["new"]  # delivered all the same
     assert claim.dead_lettered == 0

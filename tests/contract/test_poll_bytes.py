@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import exc
 
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
@@ -120,7 +119,7 @@ def test_a_message_to_dead_letter_takes_no_room_in_the_answer(store):
 
 def _statements_of_a_poll(store, queue: str, limit: int) -> tuple[int, list[bytes]]:
     statements = []
-    store.listen_statements(lambda: statements.append(1))
+    store.listen_statements(lambda _statement: statements.append(1))
     claim = store.leases.poll(
         queue, limit, str(uuid.uuid4()), START_MS + 1_000, START_MS, max_bytes=16 * 2**20
     )
@@ -158,9 +157,9 @@ def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeyp
     )
     read_payloads = lease_sql.read_payloads
 
-    def updated_first(*arguments):
-        store.messages.offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
-        return read_payloads(*arguments)
+    async def updated_first(*arguments):
+        await store.storage.messages.offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
+        return await read_payloads(*arguments)
 
     monkeypatch.setattr(lease_sql, "read_payloads", updated_first)
     claim = store.leases.poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS)
@@ -171,8 +170,8 @@ def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeyp
     assert (again.message.key, again.message.payload, again.redelivery) == ("a", b'"new"', False)
 
 
-def _database_gone(*arguments):
-    raise exc.OperationalError("SELECT …", {}, Exception("gone"), connection_invalidated=True)
+async def _database_gone(*arguments):
+    raise StorageUnavailable("the database is unavailable; retry shortly")
 
 
 def test_a_poll_whose_payload_read_fails_gives_back_what_it_took(
@@ -220,10 +219,10 @@ def test_a_poll_that_can_neither_read_nor_give_back_answers_503(client, clock, m
     monkeypatch.setattr(lease_sql, "read_payloads", _database_gone)
     transaction = Runner.transaction
 
-    def giving_back_fails(runner, work):
+    async def giving_back_fails(runner, work):
         if work.__name__ == "give_back":
             raise StorageUnavailable("the database is unavailable; retry shortly")
-        return transaction(runner, work)
+        return await transaction(runner, work)
 
     monkeypatch.setattr(Runner, "transaction", giving_back_fails)
     response = client.post("/v1/queues/q/poll", json={"max": 10, "lease": 30})

@@ -76,9 +76,9 @@ def test_a_bulk_transaction_carries_at_most_bulk_bytes(store: Storage, clean_dat
     pieces: list[int] = []
     insert_bulk = store.dialect.insert_bulk
 
-    def counted(connection, queue, offers, now):
+    async def counted(connection, queue, offers, now):
         pieces.append(len(offers))
-        return insert_bulk(connection, queue, offers, now)
+        return await insert_bulk(connection, queue, offers, now)
 
     monkeypatch.setattr(store.dialect, "insert_bulk", counted)
     offers = [

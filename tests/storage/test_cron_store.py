@@ -13,8 +13,8 @@ from app.config import Settings
 from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry, InstallOutcome, run_key
 from app.domain.messages import IfExists, Offer
+from app.storage.blocking import create_blocking_storage
 from app.storage.cron_entries import _runs_of
-from app.storage.engine import create_storage
 from app.storage.schema import upgrade_to_head
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS, scratch_database
@@ -293,7 +293,7 @@ def test_runs_are_found_by_bytes_on_a_database_whose_collation_is_linguistic():
     icu = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US-u-ka-shifted' LOCALE 'C.UTF-8'"
     with scratch_database("postgresql", "collation", icu) as url:
         upgrade_to_head(url)
-        store = create_storage(Settings(database_url=url, auto_migrate=False))
+        store = create_blocking_storage(Settings(database_url=url, auto_migrate=False))
         try:
             with store.engine.connect() as connection:
                 run_key_of_a = "'a/0123456789abcdef/20261127-000000.000'"
@@ -308,4 +308,4 @@ def test_runs_are_found_by_bytes_on_a_database_whose_collation_is_linguistic():
             assert len(keys) == 12
             assert not [key for key in keys if key.startswith(f"a/{entries[0].config_hash}/")]
         finally:
-            store.engine.dispose()
+            store.close()

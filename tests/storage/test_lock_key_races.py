@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.domain.messages import Offer
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from app.storage.store import Storage
 from tests.conftest import START_MS, truncate_all
 from tests.helpers import history_rows, stored_rows, wait_until
@@ -30,7 +30,7 @@ EXPIRED = START_MS + LEASE_MS
 @pytest.fixture
 def store(server_url: str) -> Iterator[Storage]:
     truncate_all(server_url)
-    store = create_storage(Settings(database_url=server_url, auto_migrate=False))
+    store = create_blocking_storage(Settings(database_url=server_url, auto_migrate=False))
     yield store
     store.close()
 

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 from app.config import Settings
 from app.domain.errors import PayloadTooLarge
 from app.domain.messages import Offer, Outcome
-from app.storage.engine import create_storage
+from app.storage.blocking import create_blocking_storage
 from app.storage.store import Storage
 from tests.conftest import START_MS, truncate_all
 from tests.helpers import history_rows, stored_rows, wait_until
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.server_databases
 @pytest.fixture
 def store(mariadb_url: str) -> Iterator[Storage]:
     truncate_all(mariadb_url)
-    store = create_storage(Settings(database_url=mariadb_url, auto_migrate=False))
+    store = create_blocking_storage(Settings(database_url=mariadb_url, auto_migrate=False))
     yield store
     store.close()
 

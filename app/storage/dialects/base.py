@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Protocol
 
-from sqlalchemy import Table, event, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import Table, select
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
+from app.domain.errors import StorageUnavailable
 from app.domain.messages import Offer
 from app.storage import lease_sql, sql
+from app.storage.connection import (
+    Connection,
+    Connections,
+    KeyTaken,
+    SchemaMissing,
+    TransientConflict,
+)
 
 # Opening a connection gives up after this long (a server that accepts TCP but never
 # answers, say).
@@ -80,30 +87,6 @@ def _keys_of(removal: sql.Removal) -> Select:
     return select(sql.columns.pKey).where(removal.where)
 
 
-class Connections:
-    """How the runner gets a connection for a piece of work: a SQLAlchemy Connection from
-    the engine's pool, with the execution options asked for, in one transaction."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    @contextmanager
-    def open(self, options: dict[str, Any], *, transactional: bool) -> Iterator[Connection]:
-        """A pooled connection for one piece of work; `options` are SQLAlchemy execution
-        options (the dialect's for a read or a single statement, or none for a
-        transaction). Here `transactional` changes nothing: SQLAlchemy's transaction
-        honours the options (AUTOCOMMIT makes its BEGIN and COMMIT no-ops)."""
-        with self.engine.connect() as connection:
-            if options:
-                connection = connection.execution_options(**options)
-            with connection.begin():
-                yield connection
-
-    def listen(self, listener: Callable[[], object]) -> None:
-        """Call `listener` after every statement sent to the database."""
-        event.listen(self.engine, "after_cursor_execute", lambda *_: listener())
-
-
 class PeerEvents(Protocol):
     """What a process's link to its peers reports (the app's metrics listen)."""
 
@@ -156,9 +139,6 @@ class Dialect:
     keyed_locks: lease_sql.KeyedLocks = lease_sql.keyed_locks()
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
-    # Whether the driver has an asyncio API, so the service can do I/O on its event
-    # loop instead of handing each call to a thread.
-    has_asyncio_driver = False
     # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
     claims_in_one_statement = False
     # Whether `removed_keys` is one statement, likewise.
@@ -184,12 +164,14 @@ class Dialect:
     def configure_engine(self, engine: Engine) -> None:
         """Install per-connection set-up (pragmas, transaction modes) on a new engine."""
 
-    def connections(self, engine: Engine) -> Connections:
-        """How the runner opens connections on `engine`: SQLAlchemy's way here."""
-        return Connections(engine)
+    def connections(self, url: str, size: int) -> Connections | None:
+        """The connections storage runs its work on, at most `size` at once, to the database
+        at `url`, where the dialect has its own; None: a SQLAlchemy engine's, each call on a
+        thread (app/storage/engine.py)."""
+        return None
 
     def peers(
-        self, engine: Engine, woken: Callable[[str | None], None], events: PeerEvents
+        self, url: str, woken: Callable[[str | None], None], events: PeerEvents
     ) -> PeerLink | None:
         """The link to the other processes on the database, calling `woken(queue)` (None:
         every queue) when they tell of news; None where the database has no way (their
@@ -205,7 +187,7 @@ class Dialect:
         """An INSERT that skips rows whose unique key exists, and fails on any other error."""
         raise NotImplementedError
 
-    def insert_many(
+    async def insert_many(
         self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
     ) -> Sequence[str]:
         """Insert rows of one queue whose keys are free, in one statement; the keys that went in.
@@ -213,9 +195,9 @@ class Dialect:
         `insert_one` is the single-row INSERT that skips duplicates, with RETURNING
         the key; SQLAlchemy sends it for many rows as multi-row VALUES.
         """
-        return connection.execute(insert_one, rows).scalars().all()
+        return (await connection.execute(insert_one, rows)).scalars().all()
 
-    def insert_bulk(
+    async def insert_bulk(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
     ) -> Sequence[str]:
         """Insert `offers` (distinct keys, at most `bulk_rows`) whose keys are free, in the
@@ -223,18 +205,20 @@ class Dialect:
         `bulk_rows` is set."""
         raise NotImplementedError
 
-    def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
+    async def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
         their answer fits in `max_bytes` (lease_sql.answer_length); each with its payload, or
         None where it was too large to read here (see claimed_payloads)."""
-        return lease_sql.claim_select_then_update(connection, self.claim_candidates, parameters)
+        return await lease_sql.claim_select_then_update(
+            connection, self.claim_candidates, parameters
+        )
 
     def recorded_delete(self, removal: sql.Removal) -> Insert | None:
         """One statement that records `removal`'s rows in the history and deletes them, or
         None: then the store runs its INSERT and its DELETE in one transaction."""
         return None
 
-    def remove_recorded(
+    async def remove_recorded(
         self, connection: Connection, removal: sql.Removal, parameters: dict
     ) -> int:
         """Record `removal`'s rows in the history and delete them, in the caller's
@@ -243,10 +227,10 @@ class Dialect:
         Here the INSERT … SELECT, then the DELETE: right where writers are serialized
         (SQLite). A database where another transaction can change the rows between
         the two reads must do better."""
-        connection.execute(removal.record, parameters)
-        return connection.execute(removal.delete, parameters).rowcount
+        await connection.execute(removal.record, parameters)
+        return (await connection.execute(removal.delete, parameters)).rowcount
 
-    def removed_keys(
+    async def removed_keys(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> list[str]:
         """Remove what `removal` matches (at most the 1000 keys it names, one row each), in
@@ -256,19 +240,21 @@ class Dialect:
         Here the keys are read, then the rows removed: right where writers are
         serialized (SQLite). A database where another transaction can change the rows
         between the two must remove and read in one statement."""
-        keys = list(connection.execute(_keys_of(removal), parameters).scalars())
+        keys = list((await connection.execute(_keys_of(removal), parameters)).scalars())
         if record:
-            self.remove_recorded(connection, removal, parameters)
+            await self.remove_recorded(connection, removal, parameters)
         else:
-            connection.execute(removal.delete, parameters)
+            await connection.execute(removal.delete, parameters)
         return keys
 
-    def release_due(self, connection: Connection, parameters: dict, due: dict[int, int]) -> None:
+    async def release_due(
+        self, connection: Connection, parameters: dict, due: dict[int, int]
+    ) -> None:
         """Release the rows `due` maps (id → due time; locked and read in this transaction)
         that the lock ("queue", "lock_id") holds, each due at its time."""
-        lease_sql.release_due(connection, self.keyed_locks.release_rows, parameters, due)
+        await lease_sql.release_due(connection, self.keyed_locks.release_rows, parameters, due)
 
-    def remove_in_pages(
+    async def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> int:
         """Remove every row `removal` matches, however many (a purge), in the caller's
@@ -277,8 +263,8 @@ class Dialect:
         No statement may outlast the statement bound, so a database that has one
         removes page by page. Here in one go: right for SQLite, which has none."""
         if record:
-            return self.remove_recorded(connection, removal, parameters)
-        return connection.execute(removal.delete, parameters).rowcount
+            return await self.remove_recorded(connection, removal, parameters)
+        return (await connection.execute(removal.delete, parameters)).rowcount
 
     def check_payload(self, payload: bytes) -> None:
         """Raise PayloadTooLarge for a stored payload the database cannot take."""
@@ -288,19 +274,34 @@ class Dialect:
         payload itself."""
         return payload
 
-    def is_unique_violation(self, error: DBAPIError) -> bool:
+    def translated(self, error: BaseException, disconnected: bool) -> BaseException:
+        """What a driver's `error` (of a statement, or of opening or ending a connection)
+        means to storage, decided here once: the runner's TransientConflict or KeyTaken,
+        the domain's StorageUnavailable (SchemaMissing, for a database never migrated), or
+        the error itself, a bug. `disconnected`: the connection was lost with it."""
+        if self.is_retryable(error):
+            return TransientConflict(first_line(error))
+        if self.is_unique_violation(error):
+            return KeyTaken(first_line(error))
+        if self.is_schema_missing(error):
+            return SchemaMissing("the database schema is not migrated: run `hourglass migrate`")
+        if self.is_unavailable(error, disconnected):
+            return StorageUnavailable("the database is unavailable; retry shortly")
+        return error
+
+    def is_unique_violation(self, error: BaseException) -> bool:
         """The statement would have written a unique key that exists."""
         return False
 
-    def is_retryable(self, error: DBAPIError) -> bool:
+    def is_retryable(self, error: BaseException) -> bool:
         """A transient conflict (deadlock, serialization failure): run the transaction again."""
         return False
 
-    def is_unavailable(self, error: DBAPIError) -> bool:
+    def is_unavailable(self, error: BaseException, disconnected: bool) -> bool:
         """The database cannot be reached or cannot serve now: the client should retry later."""
-        return error.connection_invalidated
+        return disconnected
 
-    def is_schema_missing(self, error: DBAPIError) -> bool:
+    def is_schema_missing(self, error: BaseException) -> bool:
         """The message table does not exist: the database was never migrated."""
         return False
 

@@ -22,12 +22,13 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Select, Table, bindparam, delete, event, func, select
 from sqlalchemy.dialects.mysql import insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert, ReturningDelete
 
 from app.domain.errors import PayloadTooLarge
 from app.storage import lease_sql, sql
+from app.storage.connection import Connection
 from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, first_line, keep_alive
 from app.storage.tables import POLL_INDEX, delivery_history
 from app.storage.tables import delayed_queue as queue_table
@@ -179,7 +180,7 @@ class MariaDBDialect(Dialect):
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).prefix_with("IGNORE")
 
-    def remove_recorded(
+    async def remove_recorded(
         self, connection: Connection, removal: sql.Removal, parameters: dict
     ) -> int:
         # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
@@ -189,56 +190,53 @@ class MariaDBDialect(Dialect):
         # goes on in pages of ids, locked in id order, up to the greatest id there was
         # when it began: memory stays bounded, and each page starts where the last one
         # ended instead of stepping again over the rows this transaction deleted.
-        return self._remove_paged(connection, removal, parameters, record=True)
+        return await self._remove_paged(connection, removal, parameters, record=True)
 
-    def removed_keys(
+    async def removed_keys(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> list[str]:
         # DELETE … RETURNING, then the history rows of exactly what it deleted (as in
         # remove_recorded): reading the keys first would not lock them at READ COMMITTED.
         # The keys a removal names (at most 1000) fit in one DELETE.
-        gone = connection.execute(self._deleting(removal), parameters).all()
+        gone = (await connection.execute(self._deleting(removal), parameters)).all()
         if record:
-            self._record(connection, gone, parameters)
+            await self._record(connection, gone, parameters)
         return [row.pKey for row in gone]
 
-    def remove_in_pages(
+    async def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> int:
         # Without the history too: a DELETE of a whole queue could outlast the
         # statement bound (max_statement_time).
-        return self._remove_paged(connection, removal, parameters, record=record)
+        return await self._remove_paged(connection, removal, parameters, record=record)
 
-    def _remove_paged(
+    async def _remove_paged(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> int:
-        gone = connection.execute(self._deleting(removal), parameters).all()
+        gone = (await connection.execute(self._deleting(removal), parameters)).all()
         if record:
-            self._record(connection, gone, parameters)
+            await self._record(connection, gone, parameters)
         removed = len(gone)
         if removed < _REMOVAL_BATCH:
             return removed
         if removal.keys_after is not None:
-            return removed + self._remove_in_key_pages(connection, removal, parameters)
-        last = connection.execute(select(func.max(sql.columns.id))).scalar()
+            return removed + await self._remove_in_key_pages(connection, removal, parameters)
+        last = (await connection.execute(_LAST_ID, {})).scalar()
         after = 0
         while True:
-            ids = (
-                connection.execute(
-                    self._page(removal), {**parameters, "after": after, "last": last}
-                )
-                .scalars()
-                .all()
-            )
+            page = {**parameters, "after": after, "last": last}
+            ids = (await connection.execute(self._page(removal), page)).scalars().all()
             if not ids:
                 return removed
-            gone = connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids}).all()
+            gone = (
+                await connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids})
+            ).all()
             if record:
-                self._record(connection, gone, parameters)
+                await self._record(connection, gone, parameters)
             removed += len(gone)
             after = ids[-1]
 
-    def _remove_in_key_pages(
+    async def _remove_in_key_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict
     ) -> int:
         """The rest of a removal whose rows are one range of keys (a cron entry's runs), in
@@ -247,22 +245,24 @@ class MariaDBDialect(Dialect):
         removed = 0
         parameters = dict(parameters)
         while True:
-            page = connection.execute(self._key_page(removal), parameters).all()
+            page = (await connection.execute(self._key_page(removal), parameters)).all()
             if not page:
                 return removed
             ids = [row.id for row in page]
-            gone = connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids}).all()
-            self._record(connection, gone, parameters)
+            gone = (
+                await connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids})
+            ).all()
+            await self._record(connection, gone, parameters)
             removed += len(gone)
             if len(page) < _REMOVAL_BATCH:
                 return removed
             parameters[removal.keys_after] = page[-1].pKey
 
     @staticmethod
-    def _record(connection: Connection, gone: Sequence[Any], parameters: dict) -> None:
+    async def _record(connection: Connection, gone: Sequence[Any], parameters: dict) -> None:
         if gone:
             finish = (parameters["outcome"], parameters["now"])
-            connection.execute(
+            await connection.execute(
                 insert(delivery_history),
                 [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
             )
@@ -321,29 +321,33 @@ class MariaDBDialect(Dialect):
             .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
         )
 
-    def is_unique_violation(self, error: DBAPIError) -> bool:
+    def is_unique_violation(self, error: BaseException) -> bool:
         return _code(error) in (_DUPLICATE_ENTRY, _DUPLICATE_ENTRY_WITH_KEY_NAME)
 
-    def is_retryable(self, error: DBAPIError) -> bool:
+    def is_retryable(self, error: BaseException) -> bool:
         # A deadlock is over once InnoDB has chosen its victim: run it again. A lock
         # wait that timed out (1205) means a row has been held for 5 s: 503, and the
         # client retries later, instead of a request waiting 5 s more per attempt.
         return _code(error) == _DEADLOCK
 
-    def is_unavailable(self, error: DBAPIError) -> bool:
+    def is_unavailable(self, error: BaseException, disconnected: bool) -> bool:
         code = _code(error)
-        return error.connection_invalidated or code in _UNAVAILABLE or code == _LOCK_WAIT_TIMEOUT
+        return disconnected or code in _UNAVAILABLE or code == _LOCK_WAIT_TIMEOUT
 
-    def is_schema_missing(self, error: DBAPIError) -> bool:
+    def is_schema_missing(self, error: BaseException) -> bool:
         return _code(error) == _NO_SUCH_TABLE
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         arguments: tuple[Any, ...] = getattr(error.orig, "args", ())
         reason = str(arguments[1]) if len(arguments) > 1 else first_line(error.orig)
-        return error.connection_invalidated or _code(error) in _NO_ANSWER, reason
+        return error.connection_invalidated or _code(error.orig) in _NO_ANSWER, reason
 
 
-def _code(error: DBAPIError) -> int | None:
-    """The server's (or the client library's) error number."""
-    arguments = getattr(error.orig, "args", ())
+# The greatest id there is (a removal in pages goes no further).
+_LAST_ID = select(func.max(sql.columns.id))
+
+
+def _code(error: BaseException | None) -> int | None:
+    """The server's (or the client library's) error number of a driver's error."""
+    arguments = getattr(error, "args", ())
     return arguments[0] if arguments and isinstance(arguments[0], int) else None

@@ -5,8 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from functools import cache
-from select import POLLIN, poll
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg.types.array import ListBinaryDumper
@@ -36,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy import insert as insert_into
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as postgresql_dialect
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateTable
@@ -45,20 +44,19 @@ from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Offer
 from app.storage import lease_sql, sql
+from app.storage.connection import Connection
 from app.storage.dialects.base import (
-    ANSWER_GRACE_SECONDS,
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_IDLE_SECONDS,
     KEEPALIVE_INTERVAL_SECONDS,
     KEEPALIVE_PROBES,
     UNACKNOWLEDGED_SECONDS,
-    Connections,
     Dialect,
     PeerEvents,
     PeerLink,
     first_line,
 )
-from app.storage.dialects.postgresql_direct import DirectConnection, DirectConnections, ping_within
+from app.storage.dialects.postgresql_direct import DirectConnection, DirectPool
 from app.storage.dialects.postgresql_peers import PostgresPeers
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
@@ -264,32 +262,10 @@ _insert_staged = _insert_new_keys(
 )
 
 
-def _copy_rows(connection: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+async def _copy_rows(connection: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     """COPY `rows` into the staging table, in the connection's transaction."""
-    if isinstance(connection, DirectConnection):
-        connection.copy_rows(_copy_staging, _STAGING_TYPES, rows)
-        return
-    driver = cast(psycopg.Connection, connection.connection.driver_connection)
-    try:
-        with driver.cursor() as cursor, cursor.copy(_copy_staging) as copy:
-            copy.set_types(_STAGING_TYPES)
-            for row in rows:
-                copy.write_row(row)
-    except psycopg.Error as error:
-        # As SQLAlchemy would raise it from execute(), so the runner reads it alike.
-        disconnected = connection.dialect.is_disconnect(
-            cast(Any, error), connection.connection.dbapi_connection, None
-        )
-        if disconnected:
-            connection.invalidate(error)
-        raise DBAPIError.instance(
-            _copy_staging,
-            None,
-            error,
-            psycopg.Error,
-            connection_invalidated=disconnected,
-            dialect=connection.dialect,
-        ) from error
+    assert isinstance(connection, DirectConnection)  # PostgreSQL's connections are
+    await connection.copy_rows(_copy_staging, _STAGING_TYPES, rows)
 
 
 # Rows per statement of a removal in pages (a purge): a page takes ~70 ms on this
@@ -455,7 +431,6 @@ class PostgreSQLDialect(Dialect):
     single_statement_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
-    has_asyncio_driver = True
     bulk_rows = BULK_ROWS
     existing_keys = _keys_in_queue()
     # The payload's SHA-256, not the payload: a re-sent key costs 32 bytes of answer,
@@ -508,52 +483,33 @@ class PostgreSQLDialect(Dialect):
         }
 
     def configure_engine(self, engine: Engine) -> None:
+        # A SQLAlchemy engine of this dialect is the start-up check's and the tests': send
+        # list parameters in binary there too, as DirectPool does.
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: object) -> None:
-            # Send list parameters (the batch's arrays) in binary: psycopg's text
-            # form escapes every element in Python, ~9x slower for 1000 rows.
             connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
             connection.adapters.register_dumper(list, ListBinaryDumper)
 
-    def connections(self, engine: Engine) -> Connections:
-        """On an engine of psycopg's asyncio driver, statements go straight through psycopg
-        (app/storage/dialects/postgresql_direct.py); otherwise SQLAlchemy's way."""
-        if engine.dialect.is_async:
-            return DirectConnections(engine, self.bounds.answer_deadline)
-        return super().connections(engine)
+    def connect_arguments(self, url: str) -> dict[str, Any]:
+        """psycopg's keyword arguments for a connection to `url`, with the session's settings
+        and bounds (engine_options)."""
+        _, from_url = postgresql_dialect().create_connect_args(make_url(url))
+        return {**from_url, **self.engine_options()["connect_args"]}
 
-    def peers(
-        self, engine: Engine, woken: Callable[[str | None], None], events: PeerEvents
-    ) -> PeerLink:
+    def connections(self, url: str, size: int) -> DirectPool:
+        """psycopg's asyncio connections, awaited directly (app/storage/dialects/postgresql_direct.py)."""
+        return DirectPool(
+            self.connect_arguments(url), size, self, connect_wait=self.bounds.lock_wait
+        )
+
+    def peers(self, url: str, woken: Callable[[str | None], None], events: PeerEvents) -> PeerLink:
         """LISTEN/NOTIFY on connections of their own, opened as the pool's are (decision 19)."""
-        _, from_url = engine.dialect.create_connect_args(engine.url)
-        from_url.pop("context", None)  # SQLAlchemy's adapters, for its own connections
-        connect_args = {**from_url, **self.engine_options()["connect_args"]}
-        return PostgresPeers(connect_args, woken, events)
-
-    def ping(self, engine: Engine) -> Callable[[Any], object]:
-        if engine.dialect.is_async:
-            # A ping has a deadline, like every statement there: SELECT 1 needs no more
-            # than the grace a statement's answer gets. Given up, the connection is
-            # replaced, within the connect timeout.
-            return ping_within(ANSWER_GRACE_SECONDS)
-        return super().ping(engine)
-
-    def connection_has_news(self, driver_connection: Any) -> bool:
-        # An idle connection has nothing to read, unless the server closed it
-        # (restart, pg_terminate_backend): then its notice or EOF is waiting.
-        # poll(), not select(): a server with many open sockets has descriptors
-        # above select()'s limit of 1024.
-        if driver_connection.closed:
-            return True
-        waiting = poll()
-        waiting.register(driver_connection.fileno(), POLLIN)
-        return bool(waiting.poll(0))
+        return PostgresPeers(self.connect_arguments(url), woken, events)
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
 
-    def insert_many(
+    async def insert_many(
         self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
     ) -> Sequence[str]:
         parameters = {
@@ -564,19 +520,20 @@ class PostgreSQLDialect(Dialect):
             "queue": rows[0]["pKind"],
             "now": rows[0]["createdAt"],
         }
-        return connection.execute(_insert_rows, parameters).scalars().all()
+        return (await connection.execute(_insert_rows, parameters)).scalars().all()
 
-    def insert_bulk(
+    async def insert_bulk(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
     ) -> Sequence[str]:
-        connection.execute(_create_staging, {})
-        _copy_rows(
+        await connection.execute(_create_staging, {})
+        await _copy_rows(
             connection,
             [(offer.key, offer.payload, offer.scheduled_at, offer.priority) for offer in offers],
         )
-        return connection.execute(_insert_staged, {"queue": queue, "now": now}).scalars().all()
+        inserted = await connection.execute(_insert_staged, {"queue": queue, "now": now})
+        return inserted.scalars().all()
 
-    def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
+    async def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
         statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]
         return [
             lease_sql.ClaimedRow(
@@ -594,7 +551,7 @@ class PostgreSQLDialect(Dialect):
                 dead_lettered_from=row.deadLetteredFrom,
                 priority=row.priority,
             )
-            for row in connection.execute(statement, parameters)
+            for row in await connection.execute(statement, parameters)
         ]
 
     def recorded_delete(self, removal: sql.Removal) -> Insert:
@@ -613,45 +570,52 @@ class PostgreSQLDialect(Dialect):
             .execution_options(preserve_rowcount=True)
         )
 
-    def removed_keys(
+    async def removed_keys(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> list[str]:
-        return list(connection.execute(_removed_keys(removal, record), parameters).scalars())
+        removed = await connection.execute(_removed_keys(removal, record), parameters)
+        return list(removed.scalars())
 
-    def release_due(self, connection: Connection, parameters: dict, due: dict[int, int]) -> None:
+    async def release_due(
+        self, connection: Connection, parameters: dict, due: dict[int, int]
+    ) -> None:
         if due:
             ids, ats = zip(*due.items(), strict=True)
-            connection.execute(_release_due, {**parameters, "ids": list(ids), "ats": list(ats)})
+            await connection.execute(
+                _release_due, {**parameters, "ids": list(ids), "ats": list(ats)}
+            )
 
-    def remove_in_pages(
+    async def remove_in_pages(
         self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
     ) -> int:
         # Rows offered meanwhile are not among the cursor's: they stay.
-        connection.execute(_removal_cursor(removal), parameters)
+        await connection.execute(_removal_cursor(removal), parameters)
         removed = 0
-        while ids := connection.execute(_fetch_page, {}).scalars().all():
+        while ids := (await connection.execute(_fetch_page, {})).scalars().all():
             page = {**parameters, "ids": ids}
-            removed += connection.execute(_removal_page(removal, record), page).scalar() or 0
-        connection.execute(_close_cursor, {})
+            removed += (
+                await connection.execute(_removal_page(removal, record), page)
+            ).scalar() or 0
+        await connection.execute(_close_cursor, {})
         return removed
 
-    def is_unique_violation(self, error: DBAPIError) -> bool:
-        return getattr(error.orig, "sqlstate", None) == _UNIQUE_VIOLATION
+    def is_unique_violation(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == _UNIQUE_VIOLATION
 
-    def is_retryable(self, error: DBAPIError) -> bool:
-        return getattr(error.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES
+    def is_retryable(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) in _RETRYABLE_SQLSTATES
 
-    def is_unavailable(self, error: DBAPIError) -> bool:
+    def is_unavailable(self, error: BaseException, disconnected: bool) -> bool:
         # Connection failures, admin shutdown, cancelled statements: all OperationalError.
-        if error.connection_invalidated:
+        if disconnected:
             return True
-        if getattr(error.orig, "sqlstate", None) in _BOUND_REACHED_SQLSTATES:
+        if getattr(error, "sqlstate", None) in _BOUND_REACHED_SQLSTATES:
             return True
         driver_error = (psycopg.OperationalError, psycopg.InterfaceError)
-        return isinstance(error.orig, driver_error) and not self.is_retryable(error)
+        return isinstance(error, driver_error) and not self.is_retryable(error)
 
-    def is_schema_missing(self, error: DBAPIError) -> bool:
-        return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+    def is_schema_missing(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == _UNDEFINED_TABLE
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         # psycopg gives no SQLSTATE for a failed connection, only libpq's text: `connection

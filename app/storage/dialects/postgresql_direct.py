@@ -1,30 +1,33 @@
-"""PostgreSQL's statements run straight on the driver's asyncio connection: the
-PostgreSQL dialect's way of opening connections on an engine of its asyncio driver.
+"""PostgreSQL's connections: psycopg's asyncio connections in a pool of the service's own,
+each statement awaited directly on the event loop (docs/decisions/0021-one-hop-per-request.md).
 
-Profiling (issue 3, bench/RESULTS.md) showed SQLAlchemy's execution layer over
-psycopg's asyncio API costing ~200 µs of CPU per statement, twice the statement
-itself: an adapted cursor per call, a greenlet round trip per driver call,
-result objects, per-call isolation changes. The statements stay SQLAlchemy Core
-objects (app/storage/sql.py and the dialect modules); `DirectConnection`
-compiles each one once with the engine's dialect and sends the compiled SQL
-through psycopg on a connection from the engine's own pool, so pooling,
-checkout pings, disconnect handling and error types stay SQLAlchemy's.
+No SQLAlchemy engine, pool or greenlet stands between the storage rooms and psycopg: a
+statement is a SQLAlchemy Core object compiled once (`DirectStatements`, decision 5) and
+sent with `await cursor.execute(…)`. Profiles (bench/RESULTS.md) put SQLAlchemy's
+execution layer over psycopg at ~200 µs of CPU per statement, and its pool checkout and
+the greenlet hops of the earlier direct path at ~18% of an empty poll.
 
 Results are rows as the driver returns them: no result processors run, which is
-right for the column types the store reads today (integers, strings, bytea,
-booleans); a column type that needs converting on the way out would need it.
+right for the column types the store reads (integers, strings, bytea, booleans); a
+column type that needs converting on the way out would need it.
 
-It offers the part of SQLAlchemy's Connection API the store uses: `execute`
-with one dict of parameters, `begin()`, and results with `first`, `scalar`,
-`scalars().all()`, `all`, `rowcount` and iteration over rows with attribute
-access. It runs inside `sqlalchemy.util.greenlet_spawn`, like the engine.
+`DirectPool` is small on purpose: the storage calls' turns (app/storage/calls.py)
+already keep the callers within its size, so a checkout takes an idle connection (the
+most recently used first) or opens one in the caller's own task, and a database that
+does not answer fails that caller at once (503), as it did before. A connection idle for
+more than a second, or that the server wrote to while it sat idle (a restart or
+pg_terminate_backend leaves a notice or EOF there, seen without a round trip), is
+pinged first, and replaced when the ping fails; one that was lost, given up or left in a
+transaction is closed instead of going back.
 
-Every round trip has a deadline (`answered_within`): a database, or a network to
-it, that goes silent without closing anything would otherwise keep the statement
-waiting until the operating system gives up. Cancelling psycopg's coroutine is no
-way out (it then sends a cancel request over a new connection and waits for the
-old one, ~10 s more), so the socket is shut down instead: the statement fails at
-once as on a lost connection, and the connection leaves the pool.
+Every round trip has a deadline (`answered_within`): a database, or a network to it,
+that goes silent without closing anything would otherwise keep the statement waiting
+until the operating system gives up. Cancelling psycopg's coroutine is no way out (it
+then sends a cancel request over a new connection and waits for the old one, ~10 s
+more), so the socket is shut down instead: the statement fails at once as on a lost
+connection, and the connection leaves the pool.
+
+Driver errors are translated here, once, by the dialect (`Dialect.translated`).
 """
 
 from __future__ import annotations
@@ -32,23 +35,32 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from select import POLLIN, poll
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import pq
 from psycopg.rows import namedtuple_row
-from sqlalchemy import exc
-from sqlalchemy.engine import Connection, Engine
+from psycopg.types.array import ListBinaryDumper
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import Insert
-from sqlalchemy.util import await_only
 
-from app.storage.dialects.base import Connections
+from app.domain.errors import StorageUnavailable
+from app.storage.connection import Mode, Result
+from app.storage.dialects.base import ANSWER_GRACE_SECONDS
+
+if TYPE_CHECKING:
+    from app.storage.dialects.base import Dialect
 
 T = TypeVar("T")
+
+# A pooled connection idle for longer than this is pinged before use (see the docstring).
+PING_AFTER_IDLE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,8 @@ class _Compiled:
     processors: dict[str, Any]
 
     def values(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        if not self.defaults and not self.processors:
+            return parameters
         values = {**self.defaults, **parameters}
         for name, process in self.processors.items():
             if name in values:
@@ -67,15 +81,15 @@ class _Compiled:
 
 
 class DirectStatements:
-    """Core statements compiled once for one engine's dialect; each is given up when it has
-    no answer after `answer_deadline` seconds."""
+    """Core statements compiled once for psycopg; each is given up when it has no answer
+    after `answer_deadline` seconds."""
 
-    def __init__(self, engine: Engine, answer_deadline: float) -> None:
-        self.dialect = engine.dialect
+    def __init__(self, answer_deadline: float) -> None:
+        self.dialect = psycopg_dialect()
         self.answer_deadline = answer_deadline
         self._compiled: dict[tuple[int, tuple[str, ...]], _Compiled] = {}
         # Called after each statement, like SQLAlchemy's after_cursor_execute.
-        self.listeners: list[Callable[[], object]] = []
+        self.listeners: list[Callable[[str], object]] = []
 
     def compiled(self, statement: ClauseElement, parameters: dict[str, Any]) -> _Compiled:
         # An INSERT without explicit values takes its columns from the parameters.
@@ -113,7 +127,7 @@ _ROW_STATUSES = frozenset(
 def _has_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
     """Whether the statement answered with rows (even none), as `cursor.description is not
     None` would say without building a Column object per column on every statement
-    (~5% of an empty poll's CPU, in a profile of issue 19)."""
+    (~5% of an empty poll's CPU, in a profile)."""
     result = cursor.pgresult
     return result is not None and (bool(result.nfields) or result.status in _ROW_STATUSES)
 
@@ -122,42 +136,60 @@ def _values_from_parameters(statement: ClauseElement) -> bool:
     return isinstance(statement, Insert) and not statement._values and statement.select is None
 
 
+class _GivenUp:
+    """Whether (and after how many seconds) a round trip on a connection was given up."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+
+class _Pooled:
+    """A connection of the pool, and what the pool knows of it."""
+
+    __slots__ = ("driver", "given_up", "idle_since")
+
+    def __init__(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        self.driver = driver
+        self.given_up = _GivenUp()
+        self.idle_since: float | None = None  # None: never used yet
+
+
 class DirectConnection:
-    """One pooled connection of `engine`, in autocommit: statements run as they come,
-    and `begin()` wraps several in one transaction."""
+    """One pooled connection, in autocommit, for one piece of work: statements run as they
+    come, and the pool wraps them in BEGIN … COMMIT for a transaction."""
 
-    def __init__(self, engine: Engine, statements: DirectStatements) -> None:
-        self._dialect = engine.dialect
-        try:
-            self._pooled = engine.raw_connection()
-        except psycopg.Error as error:  # connecting failed (SQLAlchemy wraps it for connect())
-            raise exc.DBAPIError.instance(
-                None, None, error, psycopg.Error, connection_invalidated=True, dialect=self._dialect
-            ) from error
-        self._driver: psycopg.AsyncConnection = cast(
-            psycopg.AsyncConnection, self._pooled.driver_connection
-        )
+    __slots__ = ("_dialect", "_driver", "_given_up", "_statements")
+
+    def __init__(self, pooled: _Pooled, statements: DirectStatements, dialect: Dialect) -> None:
+        self._driver = pooled.driver
+        self._given_up = pooled.given_up
         self._statements = statements
-        self._given_up = _GivenUp()
+        self._dialect = dialect
 
-    def execute(self, statement: ClauseElement, parameters: dict[str, Any]) -> DirectResult:
+    async def execute(self, statement: Any, parameters: Any = None) -> Result:
+        parameters = parameters or {}
         compiled = self._statements.compiled(statement, parameters)
         values = compiled.values(parameters)
-        cursor = None
+        cursor = self._driver.cursor(row_factory=namedtuple_row)
         try:
-            cursor = self._driver.cursor(row_factory=namedtuple_row)
-            self._answered(cursor.execute(compiled.sql, values))
+            await answered_within(
+                self._driver,
+                self._statements.answer_deadline,
+                cursor.execute(compiled.sql, values),
+                self._given_up,
+            )
             for listener in self._statements.listeners:
-                listener()
-            rows = await_only(cursor.fetchall()) if _has_rows(cursor) else []
-            return DirectResult(rows, cursor.rowcount)
+                listener(compiled.sql)
+            rows = await cursor.fetchall() if _has_rows(cursor) else []
+            return Result(rows, cursor.rowcount)
         except psycopg.Error as error:
-            raise self._translated(error, compiled.sql, values) from error
+            raise self._translated(error) from error
         finally:
-            if cursor is not None:
-                await_only(cursor.close())
+            await cursor.close()
 
-    def copy_rows(
+    async def copy_rows(
         self, statement: str, types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> None:
         """Run `statement`, a COPY … FROM STDIN (FORMAT BINARY) of columns of `types`,
@@ -170,86 +202,184 @@ class DirectConnection:
                     await copying.write_row(row)
 
         try:
-            self._answered(copy())
+            await answered_within(
+                self._driver, self._statements.answer_deadline, copy(), self._given_up
+            )
             for listener in self._statements.listeners:
-                listener()
+                listener(statement)
         except psycopg.Error as error:
-            raise self._translated(error, statement, {}) from error
+            raise self._translated(error) from error
 
-    @contextmanager
-    def begin(self, transactional: bool = True) -> Iterator[None]:
-        """One transaction around the block; with `transactional` off, nothing (autocommit)."""
-        if not transactional:
-            yield
-            return
-        self._command("BEGIN")
+    async def command(self, command: str) -> None:
         try:
-            yield
-        except BaseException:
-            if not self._driver.closed:
-                self._command("ROLLBACK")
-            raise
-        self._command("COMMIT")
-
-    def close(self) -> None:
-        """Give the connection back to the pool (or close it, if a statement was given up)."""
-        if self._given_up.at is not None and self._pooled.is_valid:
-            self._pooled.invalidate(TimeoutError("a statement was given up"))
-        self._pooled.close()
-
-    def _command(self, command: str) -> None:
-        try:
-            self._answered(self._driver.execute(command))
+            await answered_within(
+                self._driver,
+                self._statements.answer_deadline,
+                self._driver.execute(command),
+                self._given_up,
+            )
         except psycopg.Error as error:
-            raise self._translated(error, command, {}) from error
+            raise self._translated(error) from error
 
-    def _answered(self, operation: Awaitable[Any]) -> None:
-        answered_within(self._driver, self._statements.answer_deadline, operation, self._given_up)
-
-    def _translated(self, error: psycopg.Error, sql: str, parameters: dict) -> exc.DBAPIError:
-        """The error SQLAlchemy would raise; a lost connection leaves the pool, as there."""
+    def _translated(self, error: psycopg.Error) -> BaseException:
         if self._given_up.at is not None:
             error = psycopg.OperationalError(
                 f"no answer from the database within {self._given_up.at:g} s: "
                 "the connection was closed"
             )
-            disconnected = True
-        else:
-            disconnected = self._dialect.is_disconnect(
-                cast(Any, error), self._pooled.dbapi_connection, None
-            )
-        if disconnected:
-            self._pooled.invalidate(error)
-        translated = exc.DBAPIError.instance(
-            sql,
-            parameters,
-            error,
-            psycopg.Error,
-            connection_invalidated=disconnected,
-            dialect=self._dialect,
+        return self._dialect.translated(error, _lost(self._driver) or self._given_up.at is not None)
+
+
+def _lost(driver: psycopg.AsyncConnection[Any]) -> bool:
+    return driver.closed or driver.broken
+
+
+class DirectPool:
+    """psycopg asyncio connections, at most `size` at once, opened with `connect_arguments`
+    when needed and kept while they stay healthy (see the module's docstring)."""
+
+    def __init__(
+        self,
+        connect_arguments: dict[str, Any],
+        size: int,
+        dialect: Dialect,
+        *,
+        connect_wait: float,
+    ) -> None:
+        self._arguments = {**connect_arguments, "autocommit": True}
+        self._dialect = dialect
+        self.statements = DirectStatements(dialect.bounds.answer_deadline)
+        self._idle: list[_Pooled] = []  # the most recently used last
+        self._free = asyncio.Semaphore(size)
+        self._connect_wait = connect_wait
+        self._closed = False
+
+    @asynccontextmanager
+    async def open(self, mode: Mode) -> AsyncIterator[DirectConnection]:
+        await self._take_slot()
+        try:
+            pooled = await self._checkout()
+            try:
+                connection = DirectConnection(pooled, self.statements, self._dialect)
+                if mode == "transaction":
+                    await connection.command("BEGIN")
+                    try:
+                        yield connection
+                    except BaseException:
+                        if not _lost(pooled.driver):
+                            # The first error is the one to tell.
+                            with suppress(Exception):
+                                await connection.command("ROLLBACK")
+                        raise
+                    await connection.command("COMMIT")
+                else:
+                    yield connection
+            finally:
+                await self._checkin(pooled)
+        finally:
+            self._free.release()
+
+    async def _take_slot(self) -> None:
+        # The storage calls' turns keep callers within the pool (app/storage/calls.py); this
+        # is only a backstop for callers without turns (the blocking storage of scripts).
+        if not self._free.locked():
+            await self._free.acquire()  # free: at once
+            return
+        try:
+            async with asyncio.timeout(self._connect_wait):
+                await self._free.acquire()
+        except TimeoutError:
+            raise StorageUnavailable("the database is busy: no connection free in time") from None
+
+    async def _checkout(self) -> _Pooled:
+        while self._idle:
+            pooled = self._idle.pop()
+            if await self._usable(pooled):
+                return pooled
+            await _close(pooled.driver)
+        try:
+            driver = await psycopg.AsyncConnection.connect(**self._arguments)
+        except psycopg.Error as error:
+            translated = self._dialect.translated(error, True)
+            if translated is error:
+                raise
+            raise translated from error
+        # List parameters (the batch's arrays) in binary: psycopg's text form escapes
+        # every element in Python, ~9x slower for 1000 rows.
+        driver.adapters.register_dumper(list, ListBinaryDumper)
+        return _Pooled(driver)
+
+    async def _usable(self, pooled: _Pooled) -> bool:
+        """Whether an idle connection can serve: used recently and silent since, or answering
+        a ping within the grace a statement's answer gets."""
+        driver = pooled.driver
+        if _lost(driver):
+            return False
+        recently = (
+            pooled.idle_since is not None
+            and time.monotonic() - pooled.idle_since < PING_AFTER_IDLE_SECONDS
         )
-        assert isinstance(translated, exc.DBAPIError)  # psycopg.Error is the DBAPI's
-        return translated
+        if recently and not _has_news(driver):
+            return True
+        try:
+            # SELECT 1 needs no more than the grace a statement's answer gets.
+            await answered_within(driver, ANSWER_GRACE_SECONDS, driver.execute("SELECT 1"))
+        except (psycopg.Error, OSError):
+            return False
+        return True
+
+    async def _checkin(self, pooled: _Pooled) -> None:
+        driver = pooled.driver
+        keep = (
+            not self._closed
+            and not _lost(driver)
+            and pooled.given_up.at is None
+            and driver.info.transaction_status == pq.TransactionStatus.IDLE
+        )
+        if keep:
+            pooled.idle_since = time.monotonic()
+            self._idle.append(pooled)
+            return
+        await _close(driver)
+
+    def listen(self, listener: Callable[[str], object]) -> None:
+        self.statements.listeners.append(listener)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for pooled in idle:
+            await _close(pooled.driver)
 
 
-class _GivenUp:
-    """Whether (and after how many seconds) a round trip on a connection was given up."""
-
-    __slots__ = ("at",)
-
-    def __init__(self) -> None:
-        self.at: float | None = None
+async def _close(driver: psycopg.AsyncConnection[Any]) -> None:
+    try:
+        await driver.close()
+    except (psycopg.Error, OSError):
+        pass  # gone already
 
 
-def answered_within(
-    driver: psycopg.AsyncConnection,
+def _has_news(driver: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: the server closed it (restart,
+    pg_terminate_backend) and its notice or EOF is waiting. poll(), not select(): a server
+    with many open sockets has descriptors above select()'s limit of 1024."""
+    try:
+        waiting = poll()
+        waiting.register(driver.pgconn.socket, POLLIN)
+        return bool(waiting.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True  # cannot tell: ask the server
+
+
+async def answered_within(
+    driver: psycopg.AsyncConnection[Any],
     seconds: float,
     operation: Awaitable[T],
     given_up: _GivenUp | None = None,
 ) -> T:
-    """Await `operation` on `driver` (inside greenlet_spawn); when no answer has come after
-    `seconds`, shut the connection's socket down, which fails `operation` with
-    psycopg.OperationalError. The connection is then of no further use."""
+    """Await `operation` on `driver`; when no answer has come after `seconds`, shut the
+    connection's socket down, which fails `operation` with psycopg.OperationalError. The
+    connection is then of no further use."""
 
     def give_up() -> None:
         if given_up is not None:
@@ -264,64 +394,6 @@ def answered_within(
 
     timer = asyncio.get_running_loop().call_later(seconds, give_up)
     try:
-        return await_only(operation)
+        return await operation
     finally:
         timer.cancel()
-
-
-def ping_within(seconds: float) -> Callable[[Any], None]:
-    """A ping of a pooled psycopg asyncio connection (a checkout's) that gives up after
-    `seconds`, raising psycopg.OperationalError."""
-
-    def ping(dbapi_connection: Any) -> None:
-        driver = dbapi_connection.driver_connection
-        answered_within(driver, seconds, driver.execute("SELECT 1"))
-
-    return ping
-
-
-class DirectResult:
-    """Rows of one statement, read the way the store reads SQLAlchemy results."""
-
-    def __init__(self, rows: list[Any], rowcount: int) -> None:
-        self._rows = rows
-        self.rowcount = rowcount
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._rows)
-
-    def first(self) -> Any:
-        return self._rows[0] if self._rows else None
-
-    def scalar(self) -> Any:
-        return self._rows[0][0] if self._rows else None
-
-    def all(self) -> list[Any]:
-        return self._rows
-
-    def scalars(self) -> DirectResult:
-        return DirectResult([row[0] for row in self._rows], self.rowcount)
-
-
-class DirectConnections(Connections):
-    """The runner's connections on an engine of psycopg's asyncio driver: DirectConnection
-    in autocommit, with a transaction only when the work is `transactional` (its
-    execution options are SQLAlchemy's, and have no use here)."""
-
-    def __init__(self, engine: Engine, answer_deadline: float) -> None:
-        super().__init__(engine)
-        self.statements = DirectStatements(engine, answer_deadline)
-
-    @contextmanager
-    def open(self, options: dict[str, Any], *, transactional: bool) -> Iterator[Connection]:
-        direct = DirectConnection(self.engine, self.statements)
-        try:
-            with direct.begin(transactional):
-                # It offers the part of Connection's API the storage rooms use.
-                yield cast(Connection, direct)
-        finally:
-            direct.close()
-
-    def listen(self, listener: Callable[[], object]) -> None:
-        super().listen(listener)
-        self.statements.listeners.append(listener)

@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 from sqlalchemy import Table, event
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
@@ -69,17 +68,13 @@ class SQLiteDialect(Dialect):
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
 
-    def is_unique_violation(self, error: DBAPIError) -> bool:
-        return getattr(error.orig, "sqlite_errorcode", None) in _UNIQUE_CODES
+    def is_unique_violation(self, error: BaseException) -> bool:
+        return getattr(error, "sqlite_errorcode", None) in _UNIQUE_CODES
 
-    def is_unavailable(self, error: DBAPIError) -> bool:
+    def is_unavailable(self, error: BaseException, disconnected: bool) -> bool:
         # "database is locked" after the busy timeout, disk I/O errors, unopenable files.
-        code = getattr(error.orig, "sqlite_errorcode", None)
-        return error.connection_invalidated or (
-            code is not None and code & 0xFF in _UNAVAILABLE_CODES
-        )
+        code = getattr(error, "sqlite_errorcode", None)
+        return disconnected or (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
 
-    def is_schema_missing(self, error: DBAPIError) -> bool:
-        return isinstance(error.orig, sqlite3.OperationalError) and "no such table" in str(
-            error.orig
-        )
+    def is_schema_missing(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
