@@ -148,6 +148,8 @@ PREFILL = (
     "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
     "FROM generate_series(1, %(count)s) AS g"
 )
+# The service's session options (app/storage/dialects/postgresql.py): custom plans.
+SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 # Rows per INSERT in a batch (SPEC §2; no lookup of existing keys first: decision 8).
 INSERT_CHUNK = 200
 
@@ -264,7 +266,7 @@ class CeilingTarget(_HourglassTable):
         # As the service does (app/storage/dialects/postgresql.py): custom plans,
         # arrays in binary.
         connection = await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan"
+            self.dsn, autocommit=True, options=SESSION_OPTIONS
         )
         connection.adapters.register_dumper(list, ListBinaryDumper)
         return CeilingWorker(connection, self.history)

@@ -9,12 +9,17 @@ Prints messages (or requests) per second and the server's CPU time per request,
 read from /proc.
 
 `compare` measures, in one run, a bare uvicorn ASGI app answering a fixed 200 (started
-here, on --bare-port) and the service's single offer, empty poll and `GET /healthz`,
-each for --seconds, --rounds times in turn; it prints each one's median CPU per request
-and its ratio to the bare app's (issue 19):
+here, on --bare-port), the floor of the stack (bench/floor.py, started here on
+--floor-port, on the same database) and the service: the service's `GET /healthz`, and
+the floor's and the service's empty poll and new-key offer, each for --seconds,
+--rounds times in turn. It prints the load average at the start, each one's median
+server CPU per request, its ratio to the bare app's, and the service's to the floor's
+(issue 19: a single offer and an empty poll each at most 1.2x the floor's):
 
-    python -m bench.probe --port 8181 compare --clients 4 --rounds 5 One short run on a shared machine is noisy: repeat it, and
-trust bench/run.py's medians for anything written down.
+    python -m bench.probe --port 8181 compare --clients 4 --rounds 5
+
+One short run on a shared machine is noisy: repeat it, and trust bench/run.py's medians
+for anything written down.
 """
 
 from __future__ import annotations
@@ -22,17 +27,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.accounting import process_cpu
+from bench.floor import DSN_VARIABLE
 from bench.hourglass import ServiceTarget
 from bench.http_client import Connection, event_loop_factory
 from bench.targets import PAYLOAD
+
+# One request on a connection: (connection, its number) -> awaitable.
+Request = Callable[[Connection, int], Awaitable[None]]
 
 
 async def bare_app(scope, receive, send) -> None:
@@ -80,50 +91,76 @@ async def _expect(connection: Connection, status: int, method: str, path: str, b
         raise SystemExit(f"{method} {path}: {answer} {text[:200]!r}")
 
 
-async def compare(args: argparse.Namespace, bare_pid: int) -> None:
-    dsn = f"postgresql://root@127.0.0.1:5432/{args.database}"
-    await ServiceTarget(dsn, "127.0.0.1", args.port).clear()
-    for _ in range(100):  # until the bare app listens
+async def _listening(port: int) -> None:
+    """Returns once something answers HTTP on 127.0.0.1:`port` (5 s at most)."""
+    for _ in range(100):
+        connection = Connection("127.0.0.1", port)
         try:
-            await _expect(Connection("127.0.0.1", args.bare_port), 200, "GET", "/")
-            break
+            await connection.request("GET", "/")
+            return
         except OSError:
             await asyncio.sleep(0.05)
+        finally:
+            await connection.close()
+    raise SystemExit(f"nothing answers on port {port}")
+
+
+def load_average() -> str:
+    """/proc/loadavg's 1, 5 and 15 minute averages, with the cores they share."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) + f" ({os.cpu_count()} cores)"
+
+
+async def compare(args: argparse.Namespace, bare_pid: int, floor_pid: int) -> None:
+    started_under = load_average()
+    dsn = f"postgresql://root@127.0.0.1:5432/{args.database}"
+    await ServiceTarget(dsn, "127.0.0.1", args.port).clear()
+    await _listening(args.bare_port)
+    await _listening(args.floor_port)
+    pid = args.pid or _server_pid(args.port)
     prefix, keys = uuid.uuid4().hex[:8], itertools.count()
-    offer_body = b'{"payload":' + PAYLOAD + b"}"
-    workloads = {
+    offer_body = b'{"payload":' + PAYLOAD + b',"delay":3600}'
+
+    def empty_poll(connection: Connection, number: int) -> Awaitable[None]:
+        return _expect(connection, 200, "POST", "/v1/queues/empty/poll", b'{"max":1}')
+
+    def new_key_offer(connection: Connection, number: int) -> Awaitable[None]:
+        path = f"/v1/queues/probe/messages/{prefix}-{next(keys)}"
+        return _expect(connection, 201, "PUT", path, offer_body)
+
+    # name: (port, server pid, request, the floor's name for the same request)
+    workloads: dict[str, tuple[int, int, Request, str | None]] = {
         "bare uvicorn app": (
             args.bare_port,
             bare_pid,
             lambda c, i: _expect(c, 200, "GET", "/"),
-        ),
-        "GET /healthz": (args.port, None, lambda c, i: _expect(c, 200, "GET", "/healthz")),
-        "empty poll (max=1)": (
-            args.port,
             None,
-            lambda c, i: _expect(c, 200, "POST", "/v1/queues/empty/poll", b'{"max":1}'),
         ),
-        "single offer": (
-            args.port,
-            None,
-            lambda c, i: _expect(
-                c, 201, "PUT", f"/v1/queues/probe/messages/{prefix}-{next(keys)}", offer_body
-            ),
-        ),
+        "GET /healthz": (args.port, pid, lambda c, i: _expect(c, 200, "GET", "/healthz"), None),
+        "floor empty poll": (args.floor_port, floor_pid, empty_poll, None),
+        "empty poll (max=1)": (args.port, pid, empty_poll, "floor empty poll"),
+        "floor new-key offer": (args.floor_port, floor_pid, new_key_offer, None),
+        "new-key offer": (args.port, pid, new_key_offer, "floor new-key offer"),
     }
-    pid = args.pid or _server_pid(args.port)
     samples: dict[str, list[float]] = {name: [] for name in workloads}
     for _ in range(args.rounds):
-        for name, (port, server, request) in workloads.items():
+        for name, (port, server, request, _floor) in workloads.items():
             samples[name].append(
-                await _cpu_per_request(port, server or pid, args.clients, args.seconds, request)
+                await _cpu_per_request(port, server, args.clients, args.seconds, request)
             )
     medians = {name: statistics.median(values) for name, values in samples.items()}
     reference = medians["bare uvicorn app"]
-    print(f"{args.clients} clients, {args.rounds} rounds of {args.seconds:g} s, medians:")
-    for name, median in medians.items():
+    print(f"load average at the start: {started_under}; at the end: {load_average()}")
+    print(
+        f"{args.clients} clients, {args.rounds} rounds of {args.seconds:g} s; "
+        "server CPU per request, medians:"
+    )
+    print(f"  {'':20} {'median':>9} {'x bare':>7} {'x floor':>8}   rounds")
+    for name, (_port, _server, _request, floor) in workloads.items():
+        median = medians[name]
         runs = " ".join(f"{value:.0f}" for value in samples[name])
-        print(f"  {name:20} {median:6.0f} µs  {median / reference:5.1f}x   ({runs})")
+        to_floor = f"{median / medians[floor]:7.2f}x" if floor else ""
+        print(f"  {name:20} {median:6.0f} µs {median / reference:6.1f}x {to_floor:>8}   ({runs})")
+    print("  target: the service's empty poll and new-key offer each at most 1.20x the floor's")
 
 
 async def probe(args: argparse.Namespace) -> None:
@@ -201,21 +238,31 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=5, help="for compare")
     parser.add_argument("--bare-port", type=int, default=8182, help="for compare's bare app")
+    parser.add_argument("--floor-port", type=int, default=8183, help="for compare's floor")
     args = parser.parse_args()
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         if args.workload != "compare":
             runner.run(probe(args))
             return
-        bare = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "bench.probe:bare_app", "--port", str(args.bare_port)]
-            + ["--no-access-log", "--log-level", "warning", "--http", "httptools"]
-            + ["--loop", "uvloop" if event_loop_factory() else "asyncio"]
+        uvicorn = [sys.executable, "-m", "uvicorn", "--no-access-log", "--log-level", "warning"]
+        uvicorn += [
+            "--http",
+            "httptools",
+            "--loop",
+            "uvloop" if event_loop_factory() else "asyncio",
+        ]
+        floor_dsn = f"postgresql://root@127.0.0.1:5432/{args.database}"
+        bare = subprocess.Popen([*uvicorn, "bench.probe:bare_app", "--port", str(args.bare_port)])
+        floor = subprocess.Popen(
+            [*uvicorn, "bench.floor:app", "--port", str(args.floor_port)],
+            env={**os.environ, DSN_VARIABLE: floor_dsn},
         )
         try:
-            runner.run(compare(args, bare.pid))
+            runner.run(compare(args, bare.pid, floor.pid))
         finally:
-            bare.terminate()
-            bare.wait()
+            for server in (bare, floor):
+                server.terminate()
+                server.wait()
 
 
 if __name__ == "__main__":
