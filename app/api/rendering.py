@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from app.api.schemas import DeliveryKind
-from app.domain.messages import Lease, Message, Outcome, State
+from app.domain.messages import KeyedOutcome, Lease, Message, Outcome, State
 from app.domain.rendering import delivery_tail, json_string, message_pieces, object_pieces
 
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -36,9 +36,21 @@ _EMPTY = b'{"lock_id":null,"messages":[]}'
 _WRITE_BYTES = 64 * 1024
 
 
-def poll_response(lease: Lease | None) -> Response:
-    """The `200` answer of a poll, as application/json; streamed when larger than a write."""
-    return _answer(_poll_pieces(lease))
+def poll_response(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> Response:
+    """The `200` answer of a poll, as application/json; streamed when larger than a write.
+    With `acknowledged` (the poll carried `ack`), its two lists follow the messages."""
+    pieces = _poll_pieces(lease)
+    if acknowledged is not None:
+        # Both end in "}": the last piece is the answer's closing brace.
+        pieces[-1] = pieces[-1][:-1] + _acknowledged_members(acknowledged)
+    return _answer(pieces)
+
+
+def _acknowledged_members(outcome: KeyedOutcome) -> bytes:
+    """`,"acknowledged":[…],"missing":[…]}`: what a poll's `ack` did, closing its answer."""
+    return (
+        f',"acknowledged":{_compact(outcome.done)},"missing":{_compact(outcome.missing)}}}'
+    ).encode()
 
 
 def _answer(pieces: list[bytes]) -> Response:

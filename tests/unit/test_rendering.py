@@ -22,6 +22,7 @@ from app.api.schemas import (
 from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,
     Delivery,
+    KeyedOutcome,
     Lease,
     Message,
     Outcome,
@@ -83,9 +84,15 @@ def _fields(message: Message, state: State) -> dict:
     }
 
 
-def _through_the_model(lease: Lease | None) -> dict:
+def _through_the_model(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> dict:
+    # The two lists of a poll's `ack` are set only in the answer to a poll that carried one.
+    fields: dict = {}
+    if acknowledged is not None:
+        fields = {"acknowledged": list(acknowledged.done), "missing": list(acknowledged.missing)}
     if lease is None:
-        return PollResponse(lock_id=None, messages=[]).model_dump(mode="json")
+        return PollResponse(lock_id=None, messages=[], **fields).model_dump(
+            mode="json", exclude_unset=True
+        )
     return PollResponse(
         lock_id=lease.lock_id,
         messages=[
@@ -96,16 +103,17 @@ def _through_the_model(lease: Lease | None) -> dict:
             )
             for delivery in lease.deliveries
         ],
-    ).model_dump(mode="json")
+        **fields,
+    ).model_dump(mode="json", exclude_unset=True)
 
 
 async def _streamed(response: StreamingResponse) -> bytes:
     return b"".join([chunk async for chunk in response.body_iterator])
 
 
-def _poll_answer(lease: Lease | None) -> bytes:
+def _poll_answer(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> bytes:
     """The body of a poll's answer, streamed or not."""
-    response = poll_response(lease)
+    response = poll_response(lease, acknowledged)
     if isinstance(response, StreamingResponse):
         return asyncio.run(_streamed(response))
     return response.body
@@ -122,6 +130,22 @@ def test_the_rendered_poll_answer_equals_the_models(lease):
         assert list(json.loads(body)["messages"][0]) == list(
             _through_the_model(lease)["messages"][0]
         )
+
+
+ACKNOWLEDGED = [
+    KeyedOutcome((), ()),
+    KeyedOutcome(("a", 'quote " and ü', "user/42"), ("missing \\ key",)),
+]
+
+
+@pytest.mark.parametrize("acknowledged", ACKNOWLEDGED, ids=["nothing", "some"])
+@pytest.mark.parametrize(
+    "lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"]
+)
+def test_a_poll_answer_with_its_acknowledgement_equals_the_models(lease, acknowledged):
+    body = _poll_answer(lease, acknowledged)
+    assert json.loads(body) == _through_the_model(lease, acknowledged)
+    assert list(json.loads(body)) == ["lock_id", "messages", "acknowledged", "missing"]
 
 
 @pytest.mark.parametrize("state", list(State))
@@ -256,3 +280,6 @@ def test_a_large_poll_answer_is_streamed_with_its_length():
     assert response.headers["content-length"] == str(len(body))
     assert json.loads(body) == _through_the_model(lease)
     assert not isinstance(poll_response(_lease(False)), StreamingResponse)  # one write
+    acknowledged = ACKNOWLEDGED[1]
+    streamed = asyncio.run(_streamed(poll_response(lease, acknowledged)))
+    assert json.loads(streamed) == _through_the_model(lease, acknowledged)

@@ -29,18 +29,26 @@ _LOCK_ERRORS = problem_responses(404, 422, 503)
     "/poll",
     response_model=PollResponse,
     summary="Lease due messages, oldest first; with `wait`, until one is due",
+    description="With `ack`, the poll first acknowledges what an earlier poll's lock still "
+    "holds (or some of its keys), in a transaction of its own, and its answer adds "
+    "`acknowledged` and `missing`: a worker acknowledges what it finished as it asks for "
+    "more, in one request.",
     responses=problem_responses(413, 422, 503),
 )
 async def poll(queue: QueueName, request: Request, body: PollRequest | None = None) -> Response:
     body = body or PollRequest()
-    lease = await service_of(request).poll(
+    service = service_of(request)
+    acknowledged = None
+    if body.ack is not None:  # committed before the claim, whatever it finds
+        acknowledged = await service.acknowledge_before_poll(queue, body.ack.lock_id, body.ack.keys)
+    lease = await service.poll(
         queue,
         limit=body.max,
         lease_seconds=body.lease,
         wait_seconds=body.wait,
         abandoned=request.is_disconnected,
     )
-    return poll_response(lease)  # rendered by hand: see app/api/rendering.py
+    return poll_response(lease, acknowledged)  # rendered by hand: see app/api/rendering.py
 
 
 @router.delete(
