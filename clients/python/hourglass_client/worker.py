@@ -165,6 +165,7 @@ class _Engine:
         # (`_acks_ride`); it hands whatever no poll took to `_acks` before it waits again.
         self._riding: dict[str, list[str]] = {}
         self._acks_ride = False
+        self._acks_on_polls = True  # until the service refuses them
         self._releases: dict[tuple[str, float | None], list[str]] = {}
 
     def stop(self, why: str = "asked to") -> None:
@@ -252,7 +253,8 @@ class _Engine:
                     # Acknowledgements ride only on a poll that answers at once: one that
                     # may wait would hold back their answer (and the end of their leases'
                     # extensions) for as long.
-                    ack = self._ride() if not (waits and self.wait) else None
+                    rides = self._acks_on_polls and not (waits and self.wait)
+                    ack = self._ride() if rides else None
                     poll = _Poll(free, waits, loop.time(), ack)
                     polls[self._send(poll)] = poll
                     continue
@@ -263,7 +265,7 @@ class _Engine:
                 watched: list[asyncio.Future[Any]] = [stop, freed, *polls]
                 # The message whose end frees a slot is acknowledged by the poll that asks
                 # for the slot, when that poll answers at once.
-                self._acks_ride = may_send and (waiting or not self.wait)
+                self._acks_ride = self._acks_on_polls and may_send and (waiting or not self.wait)
                 try:
                     await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -275,6 +277,21 @@ class _Engine:
                     poll = polls.pop(future)
                     try:
                         lease = self._answered(poll, future)
+                    except Invalid as error:
+                        if poll.ack is None or not self._acks_on_polls:
+                            self.log.error("poll failed: %s; stopping", _described(error))
+                            self.fatal = error
+                            self.stopping.set()
+                            continue
+                        # A service from before acknowledgements on polls refuses the
+                        # field (its acknowledgements went out by key): poll without it.
+                        self._acks_on_polls = False
+                        self.log.warning(
+                            "the service refused a poll that acknowledged (%s): acknowledging "
+                            "by key from now on",
+                            _described(error),
+                        )
+                        continue
                     except _FATAL as error:
                         self.log.error("poll failed: %s; stopping", _described(error))
                         self.fatal = error

@@ -697,39 +697,52 @@ def test_a_message_that_finishes_as_the_worker_stops_is_acknowledged_at_once(ser
     assert transport.acks_on_polls() == []
 
 
-class RefusesTheFirstPollThatAcknowledges(CountsRequests):
-    """Answers the first poll that carries `ack` 503, without sending it on: it acknowledged
-    nothing."""
+class RefusesPollsThatAcknowledge(CountsRequests):
+    """Answers polls that carry `ack` `status` without sending them on (they acknowledged
+    nothing): 503 the first time, as a service that cannot serve now; 422 every time, as a
+    service from before acknowledgements on polls (an unknown field)."""
 
-    refused = False
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+        self.refused = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
-        if not self.refused and isinstance(body, dict) and body.get("ack"):
-            self.refused = True
-            problem = {"type": "x", "title": "Service Unavailable", "status": 503, "detail": "x"}
-            return httpx.Response(503, json=problem)
+        refuses = self.status == 422 or not self.refused
+        if refuses and isinstance(body, dict) and body.get("ack"):
+            self.refused += 1
+            problem = {"type": "x", "title": "refused", "status": self.status, "detail": "ack"}
+            return httpx.Response(self.status, json=problem)
         return await super().handle_async_request(request)
 
 
-def test_the_acknowledgements_of_a_failed_poll_go_out_by_themselves(service, queue):
-    transport = RefusesTheFirstPollThatAcknowledges()
+@pytest.mark.parametrize("status", [503, 422])
+def test_the_acknowledgements_of_a_refused_poll_go_out_by_themselves(service, queue, status):
+    """A poll that failed may not have acknowledged: its keys go out by themselves. A 422
+    (an older service) also turns acknowledgements on polls off, and the worker goes on."""
+    transport = RefusesPollsThatAcknowledge(status)
+    keys = ["a", "b", "c"]
 
     async def handler(message):
         pass
 
     async def main(log: logging.Logger, acknowledged: AcknowledgedLog) -> None:
         async with AsyncClient(service.url, transport=transport) as hourglass:
-            await hourglass.offer(queue, "a", 1)
+            await hourglass.offer_many(queue, [_offer(key) for key in keys])
             worker = AsyncWorker(hourglass, queue, handler, concurrency=1, wait=0, logger=log)
             running = asyncio.create_task(worker.run(handle_signals=False))
             assert await asyncio.to_thread(acknowledged.reached.wait, WAIT)
-            worker.stop()  # cuts the pause after the failed poll short
+            worker.stop()  # cuts the pause after a failed poll short
             await asyncio.wait_for(running, WAIT)
-            assert [entry.key async for entry in hourglass.iter_history(queue)] == ["a"]
+            finished = sorted([entry.key async for entry in hourglass.iter_history(queue)])
+            assert finished == keys
 
-    with logged_acknowledgements(1) as (log, acknowledged):
+    with logged_acknowledgements(len(keys)) as (log, acknowledged):
         asyncio.run(main(log, acknowledged))
-    assert transport.refused
-    assert acknowledged.acknowledged == [(1, "by key")]
-    assert transport.bodies("ack") == [{"keys": ["a"]}]
+    assert transport.refused == 1  # a 422 once: no poll carries an ack after it
+    assert acknowledged.acknowledged[0] == (1, "by key")
+    assert transport.bodies("ack")[0] == {"keys": ["a"]}
+    if status == 422:
+        assert acknowledged.acknowledged == [(1, "by key")] * len(keys)
+        assert len(transport.acks_on_polls()) == 0
