@@ -9,15 +9,27 @@ import pytest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, JsonValue
 
-from app.api.rendering import batch_response, message_response, poll_response, with_payload
+from app.api.rendering import (
+    batch_response,
+    extend_response,
+    keyed_response,
+    message_response,
+    offer_response,
+    poll_response,
+    with_payload,
+)
 from app.api.schemas import (
+    AcknowledgeResponse,
     BatchResponse,
     BatchResult,
     CronEntryResponse,
     DeliveredMessage,
     DeliveryKind,
+    ExtendResponse,
     MessageResponse,
+    OfferResponse,
     PollResponse,
+    ReleaseResponse,
 )
 from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,
@@ -25,6 +37,7 @@ from app.domain.messages import (
     KeyedOutcome,
     Lease,
     Message,
+    OfferResult,
     Outcome,
     State,
 )
@@ -283,3 +296,35 @@ def test_a_large_poll_answer_is_streamed_with_its_length():
     acknowledged = ACKNOWLEDGED[1]
     streamed = asyncio.run(_streamed(poll_response(lease, acknowledged)))
     assert json.loads(streamed) == _through_the_model(lease, acknowledged)
+
+
+# The hot routes' answers (app/api/lean.py), byte for byte what their models render.
+
+
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_a_rendered_offer_is_the_models_bytes(key, outcome):
+    result = OfferResult("q.name-1", key, outcome, 1_795_683_600_123)
+    model = OfferResponse(
+        queue=result.queue, key=key, outcome=outcome, scheduled_at=result.scheduled_at
+    )
+    response = offer_response(result, 201)
+    assert response.status_code == 201 and response.media_type == "application/json"
+    assert response.body == model.model_dump_json().encode()
+
+
+@pytest.mark.parametrize(
+    "outcome", [KeyedOutcome((), ()), KeyedOutcome(tuple(KEYS), ()), KeyedOutcome((), ("a",))]
+)
+def test_rendered_keyed_answers_are_the_models_bytes(outcome):
+    done, missing = list(outcome.done), list(outcome.missing)
+    acknowledged = AcknowledgeResponse(acknowledged=done, missing=missing)
+    released = ReleaseResponse(released=done, missing=missing)
+    assert keyed_response("acknowledged", outcome).body == acknowledged.model_dump_json().encode()
+    assert keyed_response("released", outcome).body == released.model_dump_json().encode()
+
+
+def test_a_rendered_extension_is_the_models_bytes():
+    for moment in (0, 1_795_683_600_123, 253_402_300_799_999):
+        model = ExtendResponse(lease_expires_at=moment)
+        assert extend_response(moment).body == model.model_dump_json().encode()
