@@ -316,7 +316,12 @@ def _bodies(annotation: Any) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.parametrize("annotation", HOT_BODIES, ids=repr)
-@settings(max_examples=200, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_json_mode_takes_only_what_fastapi_takes_and_as_it_does(annotation, data):
     body = data.draw(_bodies(annotation))
