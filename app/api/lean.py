@@ -17,17 +17,18 @@ A refusal is FastAPI's, exactly: when the JSON-mode validation refuses a body (o
 not JSON by its Content-Type, or is empty), the request takes FastAPI's way from there —
 `json.loads`, its `json_invalid` error, its 400 for a body it cannot read, Python-mode
 validation by the route's body field — so every `422` keeps its `errors`, `loc` and order
-(path errors first; a body that is not JSON before them), and what the JSON parser refuses
+(path errors before the body's; a body that is not JSON, alone), and what the JSON parser refuses
 but `json.loads` reads (a UTF-8 BOM, UTF-16, a lone surrogate escape, nesting past 200
 levels) is still taken as before. What the JSON-mode validation takes, the Python-mode one
-takes too, with the same value (tests/api/test_lean_routes.py compares them on the bodies
-of tests/contract and more).
+takes too, with the same value: tests/api/test_lean_routes.py checks that on bodies drawn
+for each model, and sends some 480 requests to these routes both ways, to the same answers.
 """
 
 from __future__ import annotations
 
 import copy
 import email.message
+import inspect
 import json
 from collections.abc import Callable, Coroutine
 from functools import lru_cache
@@ -86,11 +87,12 @@ class _LeanHandler:
             or dependant.http_connection_param_name
             or dependant.security_scopes_param_name
             or len(dependant.body_params) > 1
+            or not inspect.iscoroutinefunction(dependant.call)
         )
         if unsupported:
             raise TypeError(
-                f"{route.path}: a lean route takes path parameters, at most one body and "
-                "the Request, nothing else"
+                f"{route.path}: a lean route is a coroutine function of path parameters, at "
+                "most one body and the Request, nothing else"
             )
         assert dependant.call is not None
         self.call: Callable[..., Coroutine[Any, Any, Response]] = dependant.call
