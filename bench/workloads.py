@@ -222,7 +222,7 @@ class Bench:
             return None
         await target.clear()
         await target.prefill(self.plan.drain_messages, PAYLOAD)
-        workers = [await target.worker() for _ in range(workers_count)]
+        workers = [await _drain_worker(target, limit) for _ in range(workers_count)]
         delivered = 0
         deadline = time.perf_counter() + self.plan.drain_seconds
 
@@ -474,6 +474,15 @@ class Bench:
                 {"queue": QUEUE, "payload": PAYLOAD, "due": due, "now": now_ms(), "count": count},
             )
             await connection.execute("VACUUM ANALYZE delayed_queue")
+
+
+async def _drain_worker(target: Target, limit: int) -> Any:
+    """A worker for a drain of `limit` at a time: Hourglass's (the service and its ceiling)
+    acknowledges each message of a drain of one on its next poll (SPEC §15), as its
+    workers do; a drain of 100 acknowledges each poll by itself."""
+    if limit == 1 and isinstance(target, ServiceTarget | CeilingTarget):
+        return await target.worker(ack_on_poll=True)
+    return await target.worker()
 
 
 async def _for(workers: list, operation: Callable[[Any], Awaitable[None]], seconds: float) -> float:

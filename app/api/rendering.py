@@ -1,5 +1,7 @@
-"""Hand-rendered JSON: the answers whose size grows with load (polls and batches), and
-every answer that carries a stored payload.
+"""Hand-rendered JSON: the answers whose size grows with load (polls and batches), every
+answer that carries a stored payload, and the hot routes' small answers (offers,
+acknowledgements and releases by key, extensions: SPEC §15, bytes built once, as their
+models would render them).
 
 A poll of 100 messages through the pydantic models decodes every stored
 payload, validates it as a JsonValue, and encodes it again; a batch answer
@@ -24,7 +26,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from app.api.schemas import DeliveryKind
-from app.domain.messages import Lease, Message, Outcome, State
+from app.domain.formats import format_timestamp
+from app.domain.messages import KeyedOutcome, Lease, Message, OfferResult, Outcome, State
 from app.domain.rendering import delivery_tail, json_string, message_pieces, object_pieces
 
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -36,9 +39,21 @@ _EMPTY = b'{"lock_id":null,"messages":[]}'
 _WRITE_BYTES = 64 * 1024
 
 
-def poll_response(lease: Lease | None) -> Response:
-    """The `200` answer of a poll, as application/json; streamed when larger than a write."""
-    return _answer(_poll_pieces(lease))
+def poll_response(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> Response:
+    """The `200` answer of a poll, as application/json; streamed when larger than a write.
+    With `acknowledged` (the poll carried `ack`), its two lists follow the messages."""
+    pieces = _poll_pieces(lease)
+    if acknowledged is not None:
+        # Both end in "}": the last piece is the answer's closing brace.
+        pieces[-1] = pieces[-1][:-1] + _acknowledged_members(acknowledged)
+    return _answer(pieces)
+
+
+def _acknowledged_members(outcome: KeyedOutcome) -> bytes:
+    """`,"acknowledged":[…],"missing":[…]}`: what a poll's `ack` did, closing its answer."""
+    return (
+        f',"acknowledged":{_compact(outcome.done)},"missing":{_compact(outcome.missing)}}}'
+    ).encode()
 
 
 def _answer(pieces: list[bytes]) -> Response:
@@ -76,6 +91,31 @@ def with_payload(answer: BaseModel, payload: bytes) -> bytes:
         answer.model_dump_json(include=set(side))[1:-1] for side in (names[:at], names[at + 1 :])
     )
     return b"".join(object_pieces(before, payload, after))
+
+
+def offer_response(result: OfferResult, status_code: int = 200) -> Response:
+    """The answer of a single offer or update, as OfferResponse renders it."""
+    return json_response(
+        (
+            f'{{"queue":{json_string(result.queue)},"key":{json_string(result.key)},'
+            f'"outcome":"{result.outcome.value}",'
+            f'"scheduled_at":"{format_timestamp(result.scheduled_at)}"}}'
+        ).encode(),
+        status_code,
+    )
+
+
+def keyed_response(done: str, outcome: KeyedOutcome) -> Response:
+    """The `200` answer of an acknowledgement (`done`: "acknowledged") or a release
+    ("released") by key: `{done: [keys], "missing": [keys]}`."""
+    return json_response(
+        f'{{"{done}":{_compact(outcome.done)},"missing":{_compact(outcome.missing)}}}'.encode()
+    )
+
+
+def extend_response(lease_expires_at: int) -> Response:
+    """The `200` answer of an extension."""
+    return json_response(f'{{"lease_expires_at":"{format_timestamp(lease_expires_at)}"}}'.encode())
 
 
 def json_response(body: bytes, status_code: int = 200) -> Response:

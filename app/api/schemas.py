@@ -237,6 +237,30 @@ class BatchRequest(_Request):
     if_exists: IfExists = IfExists.UPDATE
 
 
+LockKeys = Annotated[
+    list[Annotated[str, Field(pattern=KEY_PATTERN)]],
+    Field(
+        min_length=1,
+        max_length=MAX_LOCK_KEYS,
+        description=f"1-{MAX_LOCK_KEYS} keys of the lock's messages; a key repeated counts "
+        "once, where it first appears",
+    ),
+]
+
+
+class PollAcknowledgement(_Request):
+    """What a poll acknowledges before it claims: every message an earlier poll's lock still
+    holds, or some of them by key."""
+
+    lock_id: str = Field(description="The `lock_id` of an earlier poll of this queue")
+    keys: LockKeys | None = Field(
+        None,
+        description="Acknowledge only these of the lock's messages, as `POST …/locks/{lock_id}"
+        "/ack` does; without it, every message the lock still holds, as `DELETE …/locks/"
+        "{lock_id}` does",
+    )
+
+
 class PollRequest(_Request):
     max: PollMax = Field(
         1,
@@ -252,21 +276,17 @@ class PollRequest(_Request):
         le=MAX_LEASE_SECONDS,
         description="Seconds before unacknowledged messages come back",
     )
+    ack: PollAcknowledgement | None = Field(
+        None,
+        description="Acknowledge these first, in a transaction of their own that commits "
+        "whether or not the poll then finds anything (before a `wait` begins); the answer "
+        "then says what was acknowledged. A lock that holds nothing (any more), or of "
+        "another queue, acknowledges nothing, and the poll goes on",
+    )
 
 
 class ExtendRequest(_Request):
     lease: Number = Field(ge=1, le=MAX_LEASE_SECONDS, description="New lease, in seconds from now")
-
-
-LockKeys = Annotated[
-    list[Annotated[str, Field(pattern=KEY_PATTERN)]],
-    Field(
-        min_length=1,
-        max_length=MAX_LOCK_KEYS,
-        description=f"1-{MAX_LOCK_KEYS} keys of the lock's messages; a key repeated counts "
-        "once, where it first appears",
-    ),
-]
 
 
 class AcknowledgeRequest(_Request):
@@ -369,6 +389,16 @@ class DeliveredMessage(MessageResponse):
 class PollResponse(BaseModel):
     lock_id: str | None = Field(description="Acknowledge, extend or release the messages with it")
     messages: list[DeliveredMessage]
+    acknowledged: list[str] = Field(
+        default_factory=list,
+        description="Only when the poll carried `ack`: the keys it deleted (in request order "
+        "for `keys`; in no particular order for a whole lock)",
+    )
+    missing: list[str] = Field(
+        default_factory=list,
+        description="Only when the poll carried `ack`: of its `keys`, those the lock did not "
+        "hold (see acknowledging by key), nothing of them changed; always empty for a whole lock",
+    )
 
 
 class BatchResult(BaseModel):

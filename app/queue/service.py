@@ -318,6 +318,27 @@ class QueueService:
         )
         self.events.acknowledged(queue, count)
 
+    async def acknowledge_before_poll(
+        self, queue: str, lock_id: str, keys: Sequence[str] | None = None
+    ) -> KeyedOutcome:
+        """A poll's `ack`, in a transaction of its own before the poll claims: with `keys`,
+        `acknowledge_keys`; without, `acknowledge`, answering the keys it deleted (none
+        `missing`), and a lock that holds nothing is no error: it acknowledges nothing."""
+        if keys is not None:
+            return await self.acknowledge_keys(queue, lock_id, keys)
+        now = self.clock.now_ms()
+        deleted = (
+            await self._run(
+                queue,
+                partial(self.storage.leases.acknowledge_keys_of_lock, queue, lock_id, now),
+            )
+            if _LOCK_ID.fullmatch(lock_id)
+            else []
+        )
+        if deleted:
+            self.events.acknowledged(queue, len(deleted))
+        return KeyedOutcome(tuple(deleted), ())
+
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
         """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
         until = self.clock.now_ms() + round(lease_seconds * 1000)

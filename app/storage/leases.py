@@ -310,6 +310,17 @@ class SqlLeases:
             Finish.ACKNOWLEDGED,
         )
 
+    async def acknowledge_keys_of_lock(self, queue: str, lock_id: str, now: int) -> list[str]:
+        """`acknowledge`, answering the keys deleted (a lock holds at most 1000 messages,
+        as many as one removal of keys may name): what a poll's acknowledgement of a whole
+        lock answers."""
+        return await self.removals.remove_keys(
+            lease_sql.lock_acknowledge,
+            {"queue": queue, "lock_id": lock_id},
+            now,
+            Finish.ACKNOWLEDGED,
+        )
+
     async def acknowledge_keys(
         self, queue: str, lock_id: str, keys: Sequence[str], now: int
     ) -> list[str]:

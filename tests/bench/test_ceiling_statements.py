@@ -3,7 +3,7 @@
 The ceiling is what a request's HTTP, JSON and Python around the statement cost
 against; a ceiling running other SQL (the single-range poll from before priorities,
 say) measures nothing. Here the service offers, offers a batch, polls one and many
-and acknowledges on PostgreSQL, every statement it hands psycopg is recorded, and
+and acknowledges (by itself, and on the next poll) on PostgreSQL, every statement it hands psycopg is recorded, and
 each of the ceiling's must be among them, text for text.
 """
 
@@ -48,13 +48,19 @@ def test_the_ceiling_sends_the_services_statements(postgresql_url, monkeypatch, 
             assert polled["messages"]
             deleted = client.delete(f"/v1/queues/{hourglass.QUEUE}/locks/{polled['lock_id']}")
             assert deleted.status_code == 204
+        # A lock acknowledged on the next poll (SPEC §15), as the drain of one does.
+        assert put(client, hourglass.QUEUE, "two", {"n": 2}).status_code == 201
+        lock_id = poll(client, hourglass.QUEUE)["lock_id"]
+        assert poll(client, hourglass.QUEUE, ack={"lock_id": lock_id})["acknowledged"] == ["two"]
 
     acknowledge = hourglass.ACKNOWLEDGE_RECORDED if history else hourglass.ACKNOWLEDGE
+    keys = hourglass.ACKNOWLEDGE_KEYS_RECORDED if history else hourglass.ACKNOWLEDGE_KEYS
     ceiling = {
         "offer": hourglass.OFFER,
         "batch offer": hourglass.OFFER_ROWS,
         "poll of one": hourglass.CLAIM_ONE,
         "poll of many": hourglass.CLAIM_MANY,
         "acknowledge": acknowledge,
+        "acknowledge on a poll": keys,
     }
     assert {name for name, text in ceiling.items() if text not in sent} == set()

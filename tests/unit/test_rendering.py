@@ -9,21 +9,35 @@ import pytest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, JsonValue
 
-from app.api.rendering import batch_response, message_response, poll_response, with_payload
+from app.api.rendering import (
+    batch_response,
+    extend_response,
+    keyed_response,
+    message_response,
+    offer_response,
+    poll_response,
+    with_payload,
+)
 from app.api.schemas import (
+    AcknowledgeResponse,
     BatchResponse,
     BatchResult,
     CronEntryResponse,
     DeliveredMessage,
     DeliveryKind,
+    ExtendResponse,
     MessageResponse,
+    OfferResponse,
     PollResponse,
+    ReleaseResponse,
 )
 from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,
     Delivery,
+    KeyedOutcome,
     Lease,
     Message,
+    OfferResult,
     Outcome,
     State,
 )
@@ -83,9 +97,15 @@ def _fields(message: Message, state: State) -> dict:
     }
 
 
-def _through_the_model(lease: Lease | None) -> dict:
+def _through_the_model(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> dict:
+    # The two lists of a poll's `ack` are set only in the answer to a poll that carried one.
+    fields: dict = {}
+    if acknowledged is not None:
+        fields = {"acknowledged": list(acknowledged.done), "missing": list(acknowledged.missing)}
     if lease is None:
-        return PollResponse(lock_id=None, messages=[]).model_dump(mode="json")
+        return PollResponse(lock_id=None, messages=[], **fields).model_dump(
+            mode="json", exclude_unset=True
+        )
     return PollResponse(
         lock_id=lease.lock_id,
         messages=[
@@ -96,16 +116,17 @@ def _through_the_model(lease: Lease | None) -> dict:
             )
             for delivery in lease.deliveries
         ],
-    ).model_dump(mode="json")
+        **fields,
+    ).model_dump(mode="json", exclude_unset=True)
 
 
 async def _streamed(response: StreamingResponse) -> bytes:
     return b"".join([chunk async for chunk in response.body_iterator])
 
 
-def _poll_answer(lease: Lease | None) -> bytes:
+def _poll_answer(lease: Lease | None, acknowledged: KeyedOutcome | None = None) -> bytes:
     """The body of a poll's answer, streamed or not."""
-    response = poll_response(lease)
+    response = poll_response(lease, acknowledged)
     if isinstance(response, StreamingResponse):
         return asyncio.run(_streamed(response))
     return response.body
@@ -122,6 +143,22 @@ def test_the_rendered_poll_answer_equals_the_models(lease):
         assert list(json.loads(body)["messages"][0]) == list(
             _through_the_model(lease)["messages"][0]
         )
+
+
+ACKNOWLEDGED = [
+    KeyedOutcome((), ()),
+    KeyedOutcome(("a", 'quote " and ü', "user/42"), ("missing \\ key",)),
+]
+
+
+@pytest.mark.parametrize("acknowledged", ACKNOWLEDGED, ids=["nothing", "some"])
+@pytest.mark.parametrize(
+    "lease", [None, _lease(False), _lease(True)], ids=["empty", "first", "mixed"]
+)
+def test_a_poll_answer_with_its_acknowledgement_equals_the_models(lease, acknowledged):
+    body = _poll_answer(lease, acknowledged)
+    assert json.loads(body) == _through_the_model(lease, acknowledged)
+    assert list(json.loads(body)) == ["lock_id", "messages", "acknowledged", "missing"]
 
 
 @pytest.mark.parametrize("state", list(State))
@@ -256,3 +293,38 @@ def test_a_large_poll_answer_is_streamed_with_its_length():
     assert response.headers["content-length"] == str(len(body))
     assert json.loads(body) == _through_the_model(lease)
     assert not isinstance(poll_response(_lease(False)), StreamingResponse)  # one write
+    acknowledged = ACKNOWLEDGED[1]
+    streamed = asyncio.run(_streamed(poll_response(lease, acknowledged)))
+    assert json.loads(streamed) == _through_the_model(lease, acknowledged)
+
+
+# The hot routes' answers (app/api/lean.py), byte for byte what their models render.
+
+
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_a_rendered_offer_is_the_models_bytes(key, outcome):
+    result = OfferResult("q.name-1", key, outcome, 1_795_683_600_123)
+    model = OfferResponse(
+        queue=result.queue, key=key, outcome=outcome, scheduled_at=result.scheduled_at
+    )
+    response = offer_response(result, 201)
+    assert response.status_code == 201 and response.media_type == "application/json"
+    assert response.body == model.model_dump_json().encode()
+
+
+@pytest.mark.parametrize(
+    "outcome", [KeyedOutcome((), ()), KeyedOutcome(tuple(KEYS), ()), KeyedOutcome((), ("a",))]
+)
+def test_rendered_keyed_answers_are_the_models_bytes(outcome):
+    done, missing = list(outcome.done), list(outcome.missing)
+    acknowledged = AcknowledgeResponse(acknowledged=done, missing=missing)
+    released = ReleaseResponse(released=done, missing=missing)
+    assert keyed_response("acknowledged", outcome).body == acknowledged.model_dump_json().encode()
+    assert keyed_response("released", outcome).body == released.model_dump_json().encode()
+
+
+def test_a_rendered_extension_is_the_models_bytes():
+    for moment in (0, 1_795_683_600_123, 253_402_300_799_999):
+        model = ExtendResponse(lease_expires_at=moment)
+        assert extend_response(moment).body == model.model_dump_json().encode()

@@ -1,13 +1,15 @@
 """Polling and leases: poll, acknowledge, extend and release by lock id (all the lock
-holds, or some of its keys)."""
+holds, or some of its keys). Every route here is hot: served by a LeanRoute
+(app/api/lean.py), answered with bytes rendered once (app/api/rendering.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import service_of
+from app.api.lean import lean_route
 from app.api.openapi import problem_responses
-from app.api.rendering import poll_response
+from app.api.rendering import extend_response, keyed_response, poll_response
 from app.api.schemas import (
     AcknowledgeRequest,
     AcknowledgeResponse,
@@ -25,25 +27,41 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["polling"])
 _LOCK_ERRORS = problem_responses(404, 422, 503)
 
 
-@router.post(
+def _no_content() -> Response:
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@lean_route(
+    router,
+    "POST",
     "/poll",
     response_model=PollResponse,
     summary="Lease due messages, oldest first; with `wait`, until one is due",
+    description="With `ack`, the poll first acknowledges what an earlier poll's lock still "
+    "holds (or some of its keys), in a transaction of its own, and its answer adds "
+    "`acknowledged` and `missing`: a worker acknowledges what it finished as it asks for "
+    "more, in one request.",
     responses=problem_responses(413, 422, 503),
 )
 async def poll(queue: QueueName, request: Request, body: PollRequest | None = None) -> Response:
     body = body or PollRequest()
-    lease = await service_of(request).poll(
+    service = service_of(request)
+    acknowledged = None
+    if body.ack is not None:  # committed before the claim, whatever it finds
+        acknowledged = await service.acknowledge_before_poll(queue, body.ack.lock_id, body.ack.keys)
+    lease = await service.poll(
         queue,
         limit=body.max,
         lease_seconds=body.lease,
         wait_seconds=body.wait,
         abandoned=request.is_disconnected,
     )
-    return poll_response(lease)  # rendered by hand: see app/api/rendering.py
+    return poll_response(lease, acknowledged)  # rendered by hand: see app/api/rendering.py
 
 
-@router.delete(
+@lean_route(
+    router,
+    "DELETE",
     "/locks/{lock_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Acknowledge: delete every message the lock still holds",
@@ -51,11 +69,14 @@ async def poll(queue: QueueName, request: Request, body: PollRequest | None = No
 )
 async def acknowledge(queue: QueueName, lock_id: str, request: Request) -> Response:
     await service_of(request).acknowledge(queue, lock_id)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return _no_content()
 
 
-@router.post(
+@lean_route(
+    router,
+    "POST",
     "/locks/{lock_id}/ack",
+    response_model=AcknowledgeResponse,
     summary="Acknowledge some of the lock's messages, by key",
     description="Deletes those of `keys` the lock still holds (`acknowledged`); the others "
     "are `missing` and nothing of them changes: a message whose lease ran out and another "
@@ -66,24 +87,26 @@ async def acknowledge(queue: QueueName, lock_id: str, request: Request) -> Respo
 )
 async def acknowledge_keys(
     queue: QueueName, lock_id: str, body: AcknowledgeRequest, request: Request
-) -> AcknowledgeResponse:
+) -> Response:
     outcome = await service_of(request).acknowledge_keys(queue, lock_id, body.keys)
-    return AcknowledgeResponse(acknowledged=list(outcome.done), missing=list(outcome.missing))
+    return keyed_response("acknowledged", outcome)
 
 
-@router.patch(
+@lean_route(
+    router,
+    "PATCH",
     "/locks/{lock_id}",
+    response_model=ExtendResponse,
     summary="Extend the lease of what the lock holds",
     responses=problem_responses(404, 413, 422, 503),
 )
-async def extend(
-    queue: QueueName, lock_id: str, body: ExtendRequest, request: Request
-) -> ExtendResponse:
-    lease_expires_at = await service_of(request).extend(queue, lock_id, body.lease)
-    return ExtendResponse(lease_expires_at=lease_expires_at)
+async def extend(queue: QueueName, lock_id: str, body: ExtendRequest, request: Request) -> Response:
+    return extend_response(await service_of(request).extend(queue, lock_id, body.lease))
 
 
-@router.post(
+@lean_route(
+    router,
+    "POST",
     "/locks/{lock_id}/release",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Give the messages back without acknowledging them",
@@ -104,7 +127,6 @@ async def release(
     body = body or ReleaseRequest()
     if body.keys is None:
         await service.release(queue, lock_id, body.delay)
-        return Response(status_code=status.HTTP_204_NO_CONTENT)
+        return _no_content()
     outcome = await service.release_keys(queue, lock_id, body.keys, body.delay)
-    answer = ReleaseResponse(released=list(outcome.done), missing=list(outcome.missing))
-    return Response(answer.model_dump_json(), media_type="application/json")
+    return keyed_response("released", outcome)

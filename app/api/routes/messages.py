@@ -1,4 +1,5 @@
-"""Messages: offer (create, update, ignore), batch offer, read and delete."""
+"""Messages: offer (create, update, ignore), batch offer, read and delete. The single offer,
+the update and the batch are hot: served by a LeanRoute (app/api/lean.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.auth import queue_filter
 from app.api.deps import Lists, service_of
+from app.api.lean import lean_route
 from app.api.openapi import problem_responses
-from app.api.rendering import batch_response, message_list_response, message_response
+from app.api.rendering import (
+    batch_response,
+    message_list_response,
+    message_response,
+    offer_response,
+)
 from app.api.schemas import (
     BatchRequest,
     BatchResponse,
@@ -39,19 +46,18 @@ def _offer_response(result: OfferResult) -> OfferResponse:
     )
 
 
-@router.put(
+@lean_route(
+    router,
+    "PUT",
     "/messages/{key:path}",
+    response_model=OfferResponse,
     status_code=status.HTTP_201_CREATED,
     summary="Offer a message: create it, or update or ignore it when the key exists",
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
 )
 async def put_message(
-    queue: QueueName,
-    key: MessageKey,
-    body: PutMessage,
-    request: Request,
-    response: Response,
-) -> OfferResponse:
+    queue: QueueName, key: MessageKey, body: PutMessage, request: Request
+) -> Response:
     result = await service_of(request).offer(
         queue,
         OfferRequest(
@@ -63,25 +69,27 @@ async def put_message(
         ),
         queue_filter(request.scope),
     )
-    if result.outcome is not Outcome.CREATED:
-        response.status_code = status.HTTP_200_OK
-    return _offer_response(result)
+    created = result.outcome is Outcome.CREATED
+    return offer_response(result, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-@router.post(
+@lean_route(
+    router,
+    "POST",
     "/messages/{key:path}",
+    response_model=OfferResponse,
     summary="Update an existing message (never creates one)",
     responses=problem_responses(404, 413, 422, 503),
 )
 async def update_message(
     queue: QueueName, key: MessageKey, body: UpdateMessage, request: Request
-) -> OfferResponse:
+) -> Response:
     result = await service_of(request).update(
         queue,
         OfferRequest(key=key, payload=body.payload, when=body.when(), priority=body.priority),
         queue_filter(request.scope),
     )
-    return _offer_response(result)
+    return offer_response(result)
 
 
 @router.post(
@@ -145,7 +153,9 @@ async def delete_message(queue: QueueName, key: MessageKey, request: Request) ->
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post(
+@lean_route(
+    router,
+    "POST",
     "/batch",
     response_model=BatchResponse,
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",

@@ -16,6 +16,7 @@ from hourglass_client.errors import (
     Unavailable,
 )
 from hourglass_client.models import (
+    Ack,
     AckResult,
     BatchOutcome,
     BatchResult,
@@ -38,6 +39,7 @@ from hourglass_client.models import (
 from hourglass_client.worker import AsyncWorker, Retry, Worker
 
 __all__ = [
+    "Ack",
     "AckResult",
     "AsyncClient",
     "AsyncWorker",

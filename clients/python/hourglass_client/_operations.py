@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from hourglass_client.models import (
+    Ack,
     AckResult,
     BatchResult,
     CronEntry,
@@ -246,17 +247,26 @@ def history(
 
 
 def poll(
-    queue: str, *, max: int = 1, wait: Seconds = 0, lease: Seconds | None = None
+    queue: str,
+    *,
+    max: int = 1,
+    wait: Seconds = 0,
+    lease: Seconds | None = None,
+    ack: Ack | str | None = None,
 ) -> Call[Lease]:
     """Lease up to `max` (1–1000) due messages for `lease` seconds (default: the queue's),
     waiting up to `wait` seconds (0–20) for one to come due.
 
-    Retried like the calls safe to repeat: a lost answer's messages come back to the
-    queue when their lease ends.
+    With `ack` (an `Ack`, or a lock id for all that lock still holds), the poll first
+    acknowledges an earlier poll's messages, in the same request; that stands whatever the
+    poll then finds (before a `wait` begins), and the lease's `acknowledgement` says what
+    it deleted. A lock that holds nothing any more acknowledges nothing: no error.
     """
     body: dict[str, Any] = {"max": max, "wait": seconds(wait)}
     if lease is not None:
         body["lease"] = seconds(lease)
+    if ack is not None:
+        body["ack"] = (Ack(ack) if isinstance(ack, str) else ack).to_json()
     return Call(
         "POST",
         _queue_path(queue, "poll"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -193,12 +194,30 @@ class DeliveredMessage(Message):
 
 
 @dataclass(frozen=True)
+class Ack:
+    """What a poll acknowledges before it claims (`poll(…, ack=…)`): every message the lock
+    `lock_id` still holds, as `ack` does, or only `keys` of them (1–1000), as `ack_keys`."""
+
+    lock_id: str
+    keys: Sequence[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"lock_id": self.lock_id}
+        if self.keys is not None:
+            body["keys"] = list(self.keys)
+        return body
+
+
+@dataclass(frozen=True)
 class Lease:
     """A poll's answer: the messages leased under one `lock_id` (None and no messages when
-    nothing was due)."""
+    nothing was due), and, when the poll carried an `ack`, what that acknowledged."""
 
     lock_id: str | None
     messages: list[DeliveredMessage]
+    # None when the poll carried no `ack`. For a whole lock, `acknowledged` is what it still
+    # held (in no particular order) and `missing` is empty.
+    acknowledgement: AckResult | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Lease:
@@ -234,7 +253,8 @@ class Lease:
             )
             for item in data["messages"]
         ]
-        return cls(lock_id, messages)
+        acknowledgement = AckResult.from_json(data) if "acknowledged" in data else None
+        return cls(lock_id, messages, acknowledgement)
 
     def __len__(self) -> int:
         return len(self.messages)

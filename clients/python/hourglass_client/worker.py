@@ -31,7 +31,7 @@ from hourglass_client.errors import (
     NotFound,
     Unauthorized,
 )
-from hourglass_client.models import DeliveredMessage, Lease, Seconds, seconds
+from hourglass_client.models import Ack, AckResult, DeliveredMessage, Lease, Seconds, seconds
 
 logger = logging.getLogger("hourglass_client.worker")
 
@@ -100,12 +100,14 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Poll:
-    """A poll on its way: how many messages it asks for, whether it may wait for them, and
-    when it was sent (on the loop's clock)."""
+    """A poll on its way: how many messages it asks for, whether it may wait for them, when
+    it was sent (on the loop's clock), and the finished messages of one lock it
+    acknowledges on its way (lock id and keys), if any."""
 
     asked: int
     waits: bool
     started: float
+    ack: tuple[str, list[str]] | None = None
 
 
 @dataclass
@@ -157,7 +159,13 @@ class _Engine:
         self._settle_needed = asyncio.Event()
         self._closing = False
         self._held: dict[str, _Held] = {}
-        self._acks: dict[str, list[str]] = {}
+        self._acks: dict[str, list[str]] = {}  # to acknowledge now, by lock
+        # Finished messages, by lock, that the next poll acknowledges on its way (SPEC §15):
+        # only while the poll loop is about to send a poll that answers at once
+        # (`_acks_ride`); it hands whatever no poll took to `_acks` before it waits again.
+        self._riding: dict[str, list[str]] = {}
+        self._acks_ride = False
+        self._acks_on_polls = True  # until the service refuses them
         self._releases: dict[tuple[str, float | None], list[str]] = {}
 
     def stop(self, why: str = "asked to") -> None:
@@ -241,21 +249,49 @@ class _Engine:
                 waiting = any(poll.waits for poll in polls.values())
                 may_send = not polls or (len(polls) < self._in_flight and (not waiting or hungry))
                 if free > 0 and may_send:
-                    poll = _Poll(free, not waiting, loop.time())
+                    waits = not waiting
+                    # Acknowledgements ride only on a poll that answers at once: one that
+                    # may wait would hold back their answer (and the end of their leases'
+                    # extensions) for as long.
+                    rides = self._acks_on_polls and not (waits and self.wait)
+                    ack = self._ride() if rides else None
+                    poll = _Poll(free, waits, loop.time(), ack)
                     polls[self._send(poll)] = poll
                     continue
+                self._acknowledge_now()  # what no poll took along goes out at once
                 self._slot_freed.clear()
                 # A slot that frees up matters only when it would send a poll.
                 freed = asyncio.ensure_future(self._slot_freed.wait()) if may_send else stop
                 watched: list[asyncio.Future[Any]] = [stop, freed, *polls]
-                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                # The message whose end frees a slot is acknowledged by the poll that asks
+                # for the slot, when that poll answers at once.
+                self._acks_ride = self._acks_on_polls and may_send and (waiting or not self.wait)
+                try:
+                    await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    self._acks_ride = False
                 if freed is not stop:
                     freed.cancel()
                 pause = 0.0  # before the next poll; what came back is taken first
                 for future in [future for future in polls if future.done()]:
                     poll = polls.pop(future)
                     try:
-                        lease = future.result()
+                        lease = self._answered(poll, future)
+                    except Invalid as error:
+                        if poll.ack is None or not self._acks_on_polls:
+                            self.log.error("poll failed: %s; stopping", _described(error))
+                            self.fatal = error
+                            self.stopping.set()
+                            continue
+                        # A service from before acknowledgements on polls refuses the
+                        # field (its acknowledgements went out by key): poll without it.
+                        self._acks_on_polls = False
+                        self.log.warning(
+                            "the service refused a poll that acknowledged (%s): acknowledging "
+                            "by key from now on",
+                            _described(error),
+                        )
+                        continue
                     except _FATAL as error:
                         self.log.error("poll failed: %s; stopping", _described(error))
                         self.fatal = error
@@ -278,27 +314,75 @@ class _Engine:
                         pause = max(pause, _IDLE_PAUSE - self.wait)
                     self._take(lease, poll.started, poll.asked)
                 if pause and not self.stopping.is_set():
+                    self._acknowledge_now()  # nothing waits for the pause
                     await self._until_stopping(asyncio.sleep(pause))
         finally:
             stop.cancel()
+            self._acknowledge_now()
             # Stopping: the waiting poll is cut short (the service, seeing its caller gone,
             # gives back what it claimed meanwhile); the others answer at once and are
-            # waited for. What they bring is given back, unstarted.
-            answering = sum(not poll.waits for poll in polls.values())
+            # waited for (a poll that acknowledges answers at once: it waits for nothing).
+            # What they bring is given back, unstarted.
+            cut_short = [poll.waits and poll.ack is None for poll in polls.values()]
+            answering = cut_short.count(False)
             if answering:
                 self.log.debug("stopping: waiting for %d poll(s) that do not wait", answering)
-            for future, poll in polls.items():
-                if poll.waits:
+            for (future, poll), cut in zip(polls.items(), cut_short, strict=True):
+                if cut:
                     future.cancel()
                 await asyncio.wait([future])
-                if not future.cancelled() and future.exception() is None:
-                    self._take(future.result(), poll.started, poll.asked)
+                if future.cancelled() and poll.ack is None:
+                    continue
+                try:
+                    lease = self._answered(poll, future)
+                except (asyncio.CancelledError, Exception) as error:  # noqa: BLE001 - stopping
+                    self.log.debug("a poll failed as the worker stopped: %s", _described(error))
+                    continue
+                self._take(lease, poll.started, poll.asked)
 
     def _send(self, poll: _Poll) -> asyncio.Future[Lease]:
         wait = self.wait if poll.waits else 0.0
+        ack = None if poll.ack is None else Ack(*poll.ack)
         return asyncio.ensure_future(
-            self.client.poll(self.queue, max=poll.asked, wait=wait, lease=self.lease)
+            self.client.poll(self.queue, max=poll.asked, wait=wait, lease=self.lease, ack=ack)
         )
+
+    def _ride(self) -> tuple[str, list[str]] | None:
+        """The finished messages of one lock (the one with most) for the poll being sent to
+        acknowledge on its way; None when none wait for a poll."""
+        if not self._riding:
+            return None
+        lock_id = max(self._riding, key=lambda lock: len(self._riding[lock]))
+        return lock_id, self._riding.pop(lock_id)
+
+    def _acknowledge_now(self) -> None:
+        """Send the acknowledgements no poll took along by themselves, at once."""
+        if self._riding:
+            for lock_id, keys in self._riding.items():
+                self._acks.setdefault(lock_id, []).extend(keys)
+            self._riding.clear()
+            self._settle_needed.set()
+
+    def _answered(self, poll: _Poll, future: asyncio.Future[Lease]) -> Lease:
+        """The lease a finished poll brought (or its error), its acknowledgement settled: a
+        poll that failed may or may not have acknowledged, so those go out again by
+        themselves (a repeat is safe: what the first did comes back `missing`)."""
+        try:
+            lease = future.result()
+        except BaseException:
+            if poll.ack is not None:
+                lock_id, keys = poll.ack
+                self._acks.setdefault(lock_id, []).extend(keys)
+                self._settle_needed.set()
+            raise
+        if poll.ack is not None:
+            lock_id, keys = poll.ack
+            if lease.acknowledgement is None:  # a service that does not acknowledge on polls
+                self._acks.setdefault(lock_id, []).extend(keys)
+                self._settle_needed.set()
+            else:
+                self._acknowledged(lock_id, keys, lease.acknowledgement, "on a poll")
+        return lease
 
     async def _until_stopping(self, awaitable: Awaitable[Any]) -> bool:
         """Wait for `awaitable` or a stop, whichever comes first: True when it finished."""
@@ -377,6 +461,9 @@ class _Engine:
         if error is None:
             self.counts.done += 1
             self.log.info("done %r (delivery %d) in %.0f ms", key, deliveries, took * 1000)
+            if self._acks_ride and not self.stopping.is_set():  # the poll for its slot will
+                self._riding.setdefault(held.lock_id, []).append(key)
+                return
             acks = self._acks.get(held.lock_id)
             if acks is None:
                 acks = self._acks[held.lock_id] = []
@@ -469,16 +556,24 @@ class _Engine:
                 lock_id,
                 _described(error),
             )
+            self._done_with(lock_id, keys)
         else:
-            for key in result.missing:
-                self.log.warning(
-                    "acknowledged %r, but lock %s no longer held it: its lease was lost "
-                    "(taken by another poll, or the message was updated) and it may be "
-                    "delivered again, unless an earlier attempt of this acknowledgement "
-                    "deleted it and its answer was lost",
-                    key,
-                    lock_id,
-                )
+            self._acknowledged(lock_id, keys, result, "by key")
+
+    def _acknowledged(self, lock_id: str, keys: list[str], result: AckResult, how: str) -> None:
+        """`keys` of the lock were acknowledged (`how`: by key, or on a poll) as `result` says."""
+        self.log.debug(
+            "acknowledged %d message(s) of lock %s %s", len(result.acknowledged), lock_id, how
+        )
+        for key in result.missing:
+            self.log.warning(
+                "acknowledged %r, but lock %s no longer held it: its lease was lost "
+                "(taken by another poll, or the message was updated) and it may be "
+                "delivered again, unless an earlier attempt of this acknowledgement "
+                "deleted it and its answer was lost",
+                key,
+                lock_id,
+            )
         self._done_with(lock_id, keys)
 
     async def _release(self, lock_id: str, keys: list[str], delay: float | None) -> None:

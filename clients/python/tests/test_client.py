@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from hourglass_client import (
+    Ack,
+    AckResult,
     CronEntry,
     DeliveredMessage,
     Invalid,
@@ -278,6 +280,23 @@ def test_acknowledge_and_release_some_keys_of_a_lock(api, queue):
     assert api.get(queue, "c").state == "leased"  # the others stay leased
     assert api.ack(queue, lease.lock_id) is True
     assert api.stats(queue).messages == 1
+
+
+def test_a_poll_acknowledges_an_earlier_lock_on_its_way(api, queue):
+    for key in "abc":
+        api.offer(queue, key, key)
+    first = api.poll(queue, max=2)
+    assert first.acknowledgement is None  # it carried no ack
+    by_key = api.poll(queue, ack=Ack(first.lock_id, keys=["a", "x"]))
+    assert by_key.acknowledgement == AckResult(["a"], ["x"])
+    assert by_key.keys == ["c"]
+    whole = api.poll(queue, ack=first.lock_id)  # a lock id: all it still holds
+    assert whole.acknowledgement == AckResult(["b"], [])
+    assert whole.lock_id is None and whole.messages == []
+    # Nothing held any more: nothing acknowledged, and no error.
+    assert api.poll(queue, ack=Ack(first.lock_id)).acknowledgement == AckResult([], [])
+    assert api.stats(queue).messages == 1  # "c", leased
+    assert [entry.key for entry in api.history(queue).items] == ["b", "a"]
 
 
 def test_a_queues_retry_setting(api, queue):
