@@ -1,5 +1,5 @@
 """PostgreSQL's connections: psycopg's asyncio connections in a pool of the service's own,
-each statement awaited directly on the event loop (docs/decisions/0021-one-hop-per-request.md).
+each statement awaited directly on the event loop (docs/decisions/0022-one-hop-per-request.md).
 
 No SQLAlchemy engine, pool or greenlet stands between the storage rooms and psycopg: a
 statement is a SQLAlchemy Core object compiled once (`DirectStatements`, decision 5) and
