@@ -45,6 +45,12 @@ class KeyTaken(Exception):
     and its write (the runner's transaction_over_keys runs the work again)."""
 
 
+class BoundReached(StorageUnavailable):
+    """A lock or statement bound of the session was reached: the statement was rolled back
+    (and its connection is still good). A statement shared by many callers that fails so
+    may concern only some of them: each then runs alone (app/storage/coalescing.py)."""
+
+
 class SchemaMissing(StorageUnavailable):
     """The table a statement names does not exist: the database was never migrated."""
 

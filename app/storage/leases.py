@@ -23,8 +23,10 @@ from app.domain.messages import (
     every_queue,
 )
 from app.storage import lease_sql, sql
+from app.storage.coalescing import Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
+from app.storage.dialects.base import LockAcknowledgement
 from app.storage.history import Removals
 from app.storage.runner import Runner
 
@@ -46,6 +48,13 @@ class SqlLeases:
         self.runner = runner
         self.dialect = dialect
         self.removals = removals
+        # Acknowledgements and releases that arrive while one of their kind runs share the
+        # next statement (decision 23): of whole locks (counted, or with the keys deleted),
+        # by key, and releases of whole locks due at one time.
+        self._acknowledged_counts = Coalesced(self._count_together, self._count_alone)
+        self._acknowledged_locks = Coalesced(self._acknowledge_together, self._acknowledge_alone)
+        self._acknowledged_keys = Coalesced(self._acknowledge_together, self._acknowledge_alone)
+        self._released = Coalesced(self._release_together, self._release_alone)
 
     async def poll(
         self,
@@ -303,35 +312,56 @@ class SqlLeases:
 
     async def acknowledge(self, queue: str, lock_id: str, now: int) -> int:
         """Delete what `lock_id` still holds; how many messages that was."""
-        return await self.removals.remove(
-            lease_sql.lock_acknowledge,
-            {"queue": queue, "lock_id": lock_id},
-            now,
-            Finish.ACKNOWLEDGED,
-        )
+        return await self._acknowledged_counts(LockAcknowledgement(queue, lock_id, now))
 
     async def acknowledge_keys_of_lock(self, queue: str, lock_id: str, now: int) -> list[str]:
         """`acknowledge`, answering the keys deleted (a lock holds at most 1000 messages,
         as many as one removal of keys may name): what a poll's acknowledgement of a whole
         lock answers."""
-        return await self.removals.remove_keys(
-            lease_sql.lock_acknowledge,
-            {"queue": queue, "lock_id": lock_id},
-            now,
-            Finish.ACKNOWLEDGED,
-        )
+        return await self._acknowledged_locks(LockAcknowledgement(queue, lock_id, now))
 
     async def acknowledge_keys(
         self, queue: str, lock_id: str, keys: Sequence[str], now: int
     ) -> list[str]:
         """Delete those of `keys` (at most 1000) that `lock_id` still holds, recorded as
         acknowledged like a whole lock's; the keys deleted. The others stay as they are."""
-        return await self.removals.remove_keys(
-            self.dialect.keyed_locks.acknowledge,
-            {"queue": queue, "lock_id": lock_id, "keys": list(keys)},
-            now,
+        return await self._acknowledged_keys(LockAcknowledgement(queue, lock_id, now, tuple(keys)))
+
+    async def _count_alone(self, acknowledgement: LockAcknowledgement) -> int:
+        return await self.removals.remove(
+            lease_sql.lock_acknowledge,
+            {"queue": acknowledgement.queue, "lock_id": acknowledgement.lock_id},
+            acknowledgement.now,
             Finish.ACKNOWLEDGED,
         )
+
+    async def _count_together(self, acknowledgements: Sequence[LockAcknowledgement]) -> list[int]:
+        return [len(keys) for keys in await self._acknowledge_together(acknowledgements)]
+
+    async def _acknowledge_alone(self, acknowledgement: LockAcknowledgement) -> list[str]:
+        parameters: dict[str, Any] = {
+            "queue": acknowledgement.queue,
+            "lock_id": acknowledgement.lock_id,
+        }
+        removal = lease_sql.lock_acknowledge
+        if acknowledgement.keys is not None:
+            removal = self.dialect.keyed_locks.acknowledge
+            parameters["keys"] = list(acknowledgement.keys)
+        return await self.removals.remove_keys(
+            removal, parameters, acknowledgement.now, Finish.ACKNOWLEDGED
+        )
+
+    async def _acknowledge_together(
+        self, acknowledgements: Sequence[LockAcknowledgement]
+    ) -> list[list[str]]:
+        """Many callers' acknowledgements in one go; for each, in order, the keys deleted."""
+
+        async def acknowledge(connection: Connection) -> list[list[str]]:
+            return await self.dialect.acknowledge_locks(
+                connection, acknowledgements, self.removals.record
+            )
+
+        return await self.runner.shared(acknowledge)
 
     async def extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
@@ -341,9 +371,21 @@ class SqlLeases:
 
     async def release(self, queue: str, lock_id: str, at: int) -> int:
         """Give back what `lock_id` holds, due again at `at`."""
+        return await self._released((queue, lock_id, at))
+
+    async def _release_alone(self, release: tuple[str, str, int]) -> int:
+        queue, lock_id, at = release
         return await self.runner.single(
             lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
         )
+
+    async def _release_together(self, releases: Sequence[tuple[str, str, int]]) -> list[int]:
+        """Many callers' releases in one go; for each, in order, how many it gave back."""
+
+        async def release(connection: Connection) -> list[int]:
+            return await self.dialect.release_locks(connection, releases)
+
+        return await self.runner.shared(release)
 
     async def release_each(
         self,

@@ -18,6 +18,7 @@ from app.domain.messages import (
     every_queue,
 )
 from app.storage import sql
+from app.storage.coalescing import Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
@@ -109,6 +110,9 @@ class SqlMessages:
         self.dialect = dialect
         self.removals = removals
         self.inserts = Inserts(dialect)
+        # New messages offered one by one: those that arrive while one goes in share the
+        # next statement (decision 23).
+        self._insert = Coalesced(self._insert_together, self._insert_alone)
 
     async def offer(
         self,
@@ -125,18 +129,30 @@ class SqlMessages:
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
         # database allows. Only an existing key needs the transaction below.
-        if can_create:
-
-            async def insert(connection: Connection) -> bool:
-                return await self.inserts.one(connection, queue, offer, now)
-
-            if await self.runner.autocommit(insert):
-                return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
+        if can_create and await self._insert((queue, offer, now)):
+            return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
 
         async def store(connection: Connection) -> OfferOutcome | None:
             return await self._offer(connection, queue, offer, now, can_create, may_use)
 
         return await self.runner.transaction(store)
+
+    async def _insert_alone(self, new: tuple[str, Offer, int]) -> bool:
+        """INSERT one message unless its key exists, on its own; whether it went in."""
+
+        async def insert(connection: Connection) -> bool:
+            return await self.inserts.one(connection, *new)
+
+        return await self.runner.autocommit(insert)
+
+    async def _insert_together(self, news: Sequence[tuple[str, Offer, int]]) -> list[bool]:
+        """`_insert_alone` for many callers' messages in one go; for each, in order."""
+        rows = [offer_row(queue, offer, now) for queue, offer, now in news]
+
+        async def insert(connection: Connection) -> list[bool]:
+            return await self.dialect.insert_offers(connection, self.inserts.returning_keys, rows)
+
+        return await self.runner.shared(insert)
 
     async def offer_many(
         self, queue: str, offers: Sequence[Offer], now: int, may_use: QueueFilter = every_queue

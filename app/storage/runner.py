@@ -72,6 +72,13 @@ class Runner:
         where the dialect can avoid them."""
         return await self.run(work, "single")
 
+    async def shared(self, work: Work[T]) -> T:
+        """Run `work`, a call many callers share (app/storage/coalescing.py): one statement
+        without BEGIN/COMMIT where the dialect makes it one, else one transaction."""
+        return await self.run(
+            work, "single" if self.dialect.shares_one_statement else "transaction"
+        )
+
     async def read(self, work: Work[T]) -> T:
         return await self.run(work, "read")
 

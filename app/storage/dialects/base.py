@@ -17,9 +17,10 @@ from sqlalchemy.sql.dml import Insert
 
 from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from app.domain.errors import StorageUnavailable
-from app.domain.messages import Offer
+from app.domain.messages import Finish, Offer
 from app.storage import lease_sql, sql
 from app.storage.connection import (
+    BoundReached,
     Connection,
     Connections,
     KeyTaken,
@@ -87,6 +88,28 @@ def _keys_of(removal: sql.Removal) -> Select:
     return select(sql.columns.pKey).where(removal.where)
 
 
+@dataclass(frozen=True, slots=True)
+class LockAcknowledgement:
+    """One caller's acknowledgement: what `lock_id` holds in `queue` (of `keys`, or all of it)."""
+
+    queue: str
+    lock_id: str
+    now: int
+    keys: tuple[str, ...] | None = None
+
+
+def first_of_each(rows: Sequence[dict[str, Any]], inserted: set[tuple[str, str]]) -> list[bool]:
+    """For each row, in order, whether it went in: its (queue, key) did, and no row before
+    it had them (a key offered twice went in once, as the first)."""
+    went_in = []
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        pair = (row["pKind"], row["pKey"])
+        went_in.append(pair in inserted and pair not in seen)
+        seen.add(pair)
+    return went_in
+
+
 class PeerEvents(Protocol):
     """What a process's link to its peers reports (the app's metrics listen)."""
 
@@ -143,6 +166,9 @@ class Dialect:
     claims_in_one_statement = False
     # Whether `removed_keys` is one statement, likewise.
     removes_keys_in_one_statement = False
+    # Whether the calls shared by many callers (`insert_offers`, `acknowledge_locks`,
+    # `release_locks`) are one statement each, likewise.
+    shares_one_statement = False
     # First occurrences per transaction of `insert_bulk`, where the dialect has that
     # bulk path for offer_bulk; None: offer_bulk is offer_many.
     bulk_rows: int | None = None
@@ -196,6 +222,56 @@ class Dialect:
         the key; SQLAlchemy sends it for many rows as multi-row VALUES.
         """
         return (await connection.execute(insert_one, rows)).scalars().all()
+
+    async def insert_offers(
+        self, connection: Connection, insert_one: Insert, rows: Sequence[dict[str, Any]]
+    ) -> list[bool]:
+        """Insert the rows (of one queue or several, a key perhaps twice) whose keys are
+        free, in the caller's transaction; for each, in order, whether it went in (a key
+        twice: the first). Callers' offers that arrived together
+        (app/storage/coalescing.py); here one `insert_many` per queue."""
+        inserted: set[tuple[str, str]] = set()
+        by_queue: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_queue.setdefault(row["pKind"], []).append(row)
+        for queue, of_queue in by_queue.items():
+            keys = await self.insert_many(connection, insert_one, of_queue)
+            inserted.update((queue, key) for key in keys)
+        return first_of_each(rows, inserted)
+
+    async def acknowledge_locks(
+        self, connection: Connection, acknowledgements: Sequence[LockAcknowledgement], record: bool
+    ) -> list[list[str]]:
+        """Delete what each lock still holds (of its keys, where it names some), recorded in
+        the history as acknowledged when `record`, in the caller's transaction; for each,
+        in order, the keys it deleted. Callers' acknowledgements that arrived together
+        (app/storage/coalescing.py); here one removal each, in order."""
+        deleted = []
+        for acknowledgement in acknowledgements:
+            parameters: dict[str, Any] = {
+                "queue": acknowledgement.queue,
+                "lock_id": acknowledgement.lock_id,
+            }
+            removal = lease_sql.lock_acknowledge
+            if acknowledgement.keys is not None:
+                removal = self.keyed_locks.acknowledge
+                parameters["keys"] = list(acknowledgement.keys)
+            if record:
+                parameters |= {"outcome": Finish.ACKNOWLEDGED.value, "now": acknowledgement.now}
+            deleted.append(await self.removed_keys(connection, removal, parameters, record=record))
+        return deleted
+
+    async def release_locks(
+        self, connection: Connection, releases: Sequence[tuple[str, str, int]]
+    ) -> list[int]:
+        """Give back what each lock (queue, lock id, due time) holds, due again at its time,
+        in the caller's transaction; for each, in order, how many messages. Callers'
+        releases that arrived together; here one statement each, in order."""
+        released = []
+        for queue, lock_id, at in releases:
+            parameters = {"queue": queue, "lock_id": lock_id, "at": at}
+            released.append((await connection.execute(lease_sql.lock_release, parameters)).rowcount)
+        return released
 
     async def insert_bulk(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
@@ -285,6 +361,8 @@ class Dialect:
             return KeyTaken(first_line(error))
         if self.is_schema_missing(error):
             return SchemaMissing("the database schema is not migrated: run `hourglass migrate`")
+        if not disconnected and self.is_bound_reached(error):
+            return BoundReached("the database is busy: a lock or statement bound was reached")
         if self.is_unavailable(error, disconnected):
             return StorageUnavailable("the database is unavailable; retry shortly")
         return error
@@ -303,6 +381,11 @@ class Dialect:
 
     def is_schema_missing(self, error: BaseException) -> bool:
         """The message table does not exist: the database was never migrated."""
+        return False
+
+    def is_bound_reached(self, error: BaseException) -> bool:
+        """A lock or statement bound of the session was reached, and only the statement (or
+        its transaction) was given up: the connection serves on."""
         return False
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:

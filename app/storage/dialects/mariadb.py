@@ -38,6 +38,7 @@ _DUPLICATE_ENTRY_WITH_KEY_NAME = 1586
 _LOCK_WAIT_TIMEOUT = 1205
 _DEADLOCK = 1213
 _NO_SUCH_TABLE = 1146
+_STATEMENT_TIME = 1969
 # The server cannot serve now (503): access denied or no such database (a server
 # being set up or moved), too many connections (in all, or for this user), the
 # server shutting down or read-only, a statement or connection killed or timed
@@ -336,6 +337,10 @@ class MariaDBDialect(Dialect):
 
     def is_schema_missing(self, error: BaseException) -> bool:
         return _code(error) == _NO_SUCH_TABLE
+
+    def is_bound_reached(self, error: BaseException) -> bool:
+        # A row lock's wait, and max_statement_time.
+        return _code(error) in (_LOCK_WAIT_TIMEOUT, _STATEMENT_TIME)
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         arguments: tuple[Any, ...] = getattr(error.orig, "args", ())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, ClassVar
@@ -42,7 +43,7 @@ from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Offer
+from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Finish, Offer
 from app.storage import lease_sql, sql
 from app.storage.connection import Connection
 from app.storage.dialects.base import (
@@ -52,9 +53,11 @@ from app.storage.dialects.base import (
     KEEPALIVE_PROBES,
     UNACKNOWLEDGED_SECONDS,
     Dialect,
+    LockAcknowledgement,
     PeerEvents,
     PeerLink,
     first_line,
+    first_of_each,
 )
 from app.storage.dialects.postgresql_direct import DirectConnection, DirectPool
 from app.storage.dialects.postgresql_peers import PostgresPeers
@@ -394,6 +397,122 @@ _release_due = (
 )
 
 
+# The calls many callers share (app/storage/coalescing.py, decision 23), one statement
+# each whatever their number: each caller's values as one element of arrays, unnested
+# in order ("position"), the rows joined to them. A row matched by two callers' elements
+# (one lock acknowledged twice, say) is changed once; the store gives it to the first.
+_offers = (
+    func.unnest(
+        bindparam("keys", type_=ARRAY(String)),
+        bindparam("queues", type_=ARRAY(String)),
+        bindparam("payloads", type_=ARRAY(LargeBinary)),
+        bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
+        bindparam("nows", type_=ARRAY(BigInteger)),
+        bindparam("priorities", type_=ARRAY(SmallInteger)),
+    )
+    .table_valued(
+        "key", "queue", "payload", "scheduled_at", "now", "priority", with_ordinality="position"
+    )
+    .render_derived(name="offers")
+)
+# Every caller's new message unless its key is taken (a key offered twice goes in once,
+# as the first: rows go in in the callers' order); the keys that went in, with their queue.
+_insert_offers = (
+    insert(queue_table)
+    .from_select(
+        [
+            "pKey",
+            "pKind",
+            "payload",
+            "scheduledAt",
+            "scheduledAtInitially",
+            "createdAt",
+            "priority",
+        ],
+        select(
+            _offers.c.key,
+            _offers.c.queue,
+            _offers.c.payload,
+            _offers.c.scheduled_at,
+            _offers.c.scheduled_at,
+            _offers.c.now,
+            _offers.c.priority,
+        ).order_by(_offers.c.position),
+    )
+    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+    .returning(sql.columns.pKind, sql.columns.pKey)
+)
+_locks = (
+    func.unnest(
+        bindparam("queues", type_=ARRAY(String)),
+        bindparam("lock_ids", type_=ARRAY(String)),
+        bindparam("nows", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("queue", "lock_id", "now")
+    .render_derived(name="locks")
+)
+_lock_keys = (
+    func.unnest(
+        bindparam("queues", type_=ARRAY(String)),
+        bindparam("lock_ids", type_=ARRAY(String)),
+        bindparam("keys", type_=ARRAY(String)),
+        bindparam("nows", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("queue", "lock_id", "key", "now")
+    .render_derived(name="lock_keys")
+)
+
+
+def _acknowledging(keyed: bool, record: bool) -> Select:
+    """Delete what each caller's lock holds (of its keys when `keyed`), recording it in the
+    history as acknowledged, at each caller's own time, when `record`; the rows deleted
+    (queue, lock, key)."""
+    held = _lock_keys if keyed else _locks
+    matching = [sql.columns.pKind == held.c.queue, sql.columns.lockUuid == held.c.lock_id]
+    if keyed:
+        matching.append(sql.columns.pKey == held.c.key)
+    gone = (
+        delete(queue_table)
+        .where(*matching)
+        .returning(
+            *(sql.columns[name] for name in sql.HISTORY_SOURCE),
+            sql.columns.lockUuid,
+            held.c.now.label("finished_at"),
+        )
+        .cte("gone")
+    )
+    statement = select(gone.c.pKind, gone.c.lockUuid, gone.c.pKey)
+    if record:
+        values = sql.history_values(gone.c)[:-1] + (gone.c.finished_at,)
+        recorded = insert_into(delivery_history).from_select(sql.HISTORY_COLUMNS, select(*values))
+        statement = statement.add_cte(recorded.cte("recorded"))
+    return statement
+
+
+# How the history records the rows (unused where it records nothing).
+_ACKNOWLEDGED = {"outcome": Finish.ACKNOWLEDGED.value}
+# By (keys named, history recorded).
+_ACKNOWLEDGING = {
+    (keyed, record): _acknowledging(keyed, record)
+    for keyed in (False, True)
+    for record in (False, True)
+}
+_release_locks = (
+    update(queue_table)
+    .where(sql.columns.pKind == _locks.c.queue, sql.columns.lockUuid == _locks.c.lock_id)
+    .values(
+        # As lease_sql.lock_release: a released message must read as a redelivery.
+        scheduledAt=case(
+            (sql.columns.scheduledAtInitially == _locks.c.now, _locks.c.now - 1),
+            else_=_locks.c.now,
+        ),
+        lockUuid=null(),
+    )
+    # The lock each row was released from (its column is null now).
+    .returning(sql.columns.pKind, _locks.c.lock_id.label("lockUuid"))
+)
+
+
 # Plan every execution for its own parameters. psycopg prepares a statement after
 # five runs, and PostgreSQL may then switch to a generic plan built from the
 # table's statistics at that moment: planned while a queue was empty, the
@@ -408,6 +527,7 @@ _RETRYABLE_SQLSTATES = {"40001", "40P01"}
 # A bound of the session was reached (503): lock_not_available (lock_timeout),
 # query_canceled (statement_timeout), idle_in_transaction_session_timeout.
 _BOUND_REACHED_SQLSTATES = {"55P03", "57014", "25P03"}
+_STATEMENT_BOUNDS = {"55P03", "57014"}
 _UNDEFINED_TABLE = "42P01"
 _UNIQUE_VIOLATION = "23505"
 
@@ -428,6 +548,7 @@ class PostgreSQLDialect(Dialect):
     entry_runs = _entry_runs
     keyed_locks = _keyed_locks
     removes_keys_in_one_statement = True
+    shares_one_statement = True
     single_statement_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
@@ -521,6 +642,65 @@ class PostgreSQLDialect(Dialect):
             "now": rows[0]["createdAt"],
         }
         return (await connection.execute(_insert_rows, parameters)).scalars().all()
+
+    async def insert_offers(
+        self, connection: Connection, insert_one: Insert, rows: Sequence[dict[str, Any]]
+    ) -> list[bool]:
+        parameters = {
+            "keys": [row["pKey"] for row in rows],
+            "queues": [row["pKind"] for row in rows],
+            "payloads": [row["payload"] for row in rows],
+            "scheduled_ats": [row["scheduledAt"] for row in rows],
+            "nows": [row["createdAt"] for row in rows],
+            "priorities": [row["priority"] for row in rows],
+        }
+        inserted = await connection.execute(_insert_offers, parameters)
+        return first_of_each(rows, {(row.pKind, row.pKey) for row in inserted})
+
+    async def acknowledge_locks(
+        self, connection: Connection, acknowledgements: Sequence[LockAcknowledgement], record: bool
+    ) -> list[list[str]]:
+        keyed = [each for each in acknowledgements if each.keys is not None]
+        whole = [each for each in acknowledgements if each.keys is None]
+        gone: list[tuple[str, str, str]] = []
+        if whole:
+            parameters = {
+                "queues": [each.queue for each in whole],
+                "lock_ids": [each.lock_id for each in whole],
+                "nows": [each.now for each in whole],
+            }
+            rows = await connection.execute(
+                _ACKNOWLEDGING[False, record], {**parameters, **_ACKNOWLEDGED}
+            )
+            gone += [(row.pKind, row.lockUuid, row.pKey) for row in rows]
+        if keyed:
+            named = [(each, key) for each in keyed for key in dict.fromkeys(each.keys or ())]
+            parameters = {
+                "queues": [each.queue for each, _ in named],
+                "lock_ids": [each.lock_id for each, _ in named],
+                "keys": [key for _, key in named],
+                "nows": [each.now for each, _ in named],
+            }
+            rows = await connection.execute(
+                _ACKNOWLEDGING[True, record], {**parameters, **_ACKNOWLEDGED}
+            )
+            gone += [(row.pKind, row.lockUuid, row.pKey) for row in rows]
+        return _deleted_by_each(acknowledgements, gone)
+
+    async def release_locks(
+        self, connection: Connection, releases: Sequence[tuple[str, str, int]]
+    ) -> list[int]:
+        parameters = {
+            "queues": [queue for queue, _, _ in releases],
+            "lock_ids": [lock_id for _, lock_id, _ in releases],
+            "nows": [at for _, _, at in releases],
+        }
+        rows = await connection.execute(_release_locks, parameters)
+        released = Counter((row.pKind, row.lockUuid) for row in rows)
+        counts = []
+        for queue, lock_id, _ in releases:
+            counts.append(released.pop((queue, lock_id), 0))  # a lock twice: the first
+        return counts
 
     async def insert_bulk(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
@@ -617,6 +797,10 @@ class PostgreSQLDialect(Dialect):
     def is_schema_missing(self, error: BaseException) -> bool:
         return getattr(error, "sqlstate", None) == _UNDEFINED_TABLE
 
+    def is_bound_reached(self, error: BaseException) -> bool:
+        # lock_timeout and statement_timeout; an idle transaction's timeout ends the session.
+        return getattr(error, "sqlstate", None) in _STATEMENT_BOUNDS
+
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         # psycopg gives no SQLSTATE for a failed connection, only libpq's text: `connection
         # failed: connection to server at "h", port 5432 failed: FATAL:  role "x" does not
@@ -637,6 +821,24 @@ _NOT_YET_ACCEPTING = (
     "the database system is shutting down",
     "sorry, too many clients already",
 )
+
+
+def _deleted_by_each(
+    acknowledgements: Sequence[LockAcknowledgement], gone: Sequence[tuple[str, str, str]]
+) -> list[list[str]]:
+    """For each acknowledgement, in order, the keys of `gone` (queue, lock, key: the rows
+    deleted) that it asked for; a row two of them asked for is the first's."""
+    left = set(gone)
+    held: dict[tuple[str, str], list[str]] = {}
+    for queue, lock_id, key in gone:
+        held.setdefault((queue, lock_id), []).append(key)
+    deleted = []
+    for each in acknowledgements:
+        asked = held.get((each.queue, each.lock_id), []) if each.keys is None else each.keys
+        mine = [key for key in dict.fromkeys(asked) if (each.queue, each.lock_id, key) in left]
+        left.difference_update((each.queue, each.lock_id, key) for key in mine)
+        deleted.append(mine)
+    return deleted
 
 
 def _ms(seconds: float) -> int:

@@ -20,6 +20,7 @@ from app.storage.dialects.base import Dialect
 _UNAVAILABLE_CODES = {5, 6, 8, 10, 11, 13, 14, 15, 26}
 # Extended result codes: SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY.
 _UNIQUE_CODES = {2067, 1555}
+_BUSY = 5
 
 
 # A cron entry's runs: SQLite compares keys byte by byte (BINARY), so they are a range
@@ -75,6 +76,11 @@ class SQLiteDialect(Dialect):
         # "database is locked" after the busy timeout, disk I/O errors, unopenable files.
         code = getattr(error, "sqlite_errorcode", None)
         return disconnected or (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
+
+    def is_bound_reached(self, error: BaseException) -> bool:
+        # "database is locked" after the busy timeout: another writer held it.
+        code = getattr(error, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF == _BUSY
 
     def is_schema_missing(self, error: BaseException) -> bool:
         return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)

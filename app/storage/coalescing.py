@@ -1,0 +1,140 @@
+"""Calls of one kind that arrive while one of that kind is running share the next statement
+and transaction (docs/decisions/0023-one-statement-for-many.md).
+
+`Coalesced` is PostgreSQL's group commit done one level up: a caller that finds nothing
+of its kind running goes at once, alone (no fixed wait: a lone client's latency does not
+rise); callers that arrive meanwhile wait, and when the running one ends, every waiting
+caller goes in one call of `together`. The first of them leads it, on its own task (no
+task of its own here, so nothing outlives the callers), and hands each of the others its
+own outcome.
+
+`together` gets the items in order of arrival and answers one outcome per item, or an
+exception for an item that failed alone. An exception from `together` itself (a lost
+connection, a bound reached) reaches only the callers of that call; where it says the
+statement was rolled back and may succeed alone (`BoundReached`: perhaps one caller's row
+was locked), each of its callers runs `alone` instead, as if it had gone by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from app.storage.connection import BoundReached
+
+I = TypeVar("I")
+O = TypeVar("O")
+
+
+@dataclass(eq=False)
+class _Waiter(Generic[I, O]):
+    """An item, and where its caller waits for its turn to lead or for its outcome."""
+
+    item: I
+    answer: asyncio.Future[_Lead[I, O] | _Done[O]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+@dataclass(frozen=True)
+class _Lead(Generic[I, O]):
+    """A waiter's turn to run the next call, for `batch` (itself first)."""
+
+    batch: list[_Waiter[I, O]]
+
+
+@dataclass(frozen=True)
+class _Done(Generic[O]):
+    outcome: O | BaseException
+
+
+class Coalesced(Generic[I, O]):
+    """Runs items of one kind: alone when nothing of the kind runs, else together with every
+    item that waited for the running call (see the module's docstring). Lives on one event
+    loop."""
+
+    def __init__(
+        self,
+        together: Callable[[Sequence[I]], Awaitable[Sequence[O | BaseException]]],
+        alone: Callable[[I], Awaitable[O]],
+    ) -> None:
+        self._together = together
+        self._alone = alone
+        self._running = False
+        self._waiting: list[_Waiter[I, O]] = []
+
+    async def __call__(self, item: I) -> O:
+        if not self._running:
+            self._running = True
+            return await self._lead([_Waiter(item)])
+        waiter: _Waiter[I, O] = _Waiter(item)
+        self._waiting.append(waiter)
+        try:
+            answer = await waiter.answer
+        except asyncio.CancelledError:
+            if not waiter.answer.done():
+                self._waiting.remove(waiter)  # never taken: nobody waits on it
+            elif isinstance(lead := waiter.answer.result(), _Lead):
+                # Made the leader as it was cancelled: the others still go, without it.
+                others = lead.batch[1:]
+                if others:
+                    others[0].answer.set_result(_Lead(others))
+                else:
+                    self._hand_on()
+            raise
+        if isinstance(answer, _Lead):
+            return await self._lead(answer.batch)
+        if answer.outcome is _TRY_ALONE:
+            return await self._alone(item)
+        if isinstance(answer.outcome, BaseException):
+            raise answer.outcome
+        return answer.outcome
+
+    async def _lead(self, batch: list[_Waiter[I, O]]) -> O:
+        """Run `batch` (its leader first) in one call, then start the next: its leader's
+        outcome; each other's goes to its own caller."""
+        try:
+            if len(batch) == 1:
+                outcomes: Sequence[O | BaseException] = [await self._alone(batch[0].item)]
+            else:
+                try:
+                    outcomes = await self._together([waiter.item for waiter in batch])
+                except BoundReached:
+                    # Perhaps one caller's row was locked: each goes again alone.
+                    outcomes = [_TRY_ALONE] * len(batch)
+                except Exception as error:  # noqa: BLE001 - it reaches this call's callers
+                    outcomes = [error] * len(batch)
+        except BaseException as error:
+            # The leader was cancelled (the server stopping): its batch fails with it.
+            for waiter in batch[1:]:
+                if not waiter.answer.done():
+                    waiter.answer.set_exception(error)
+            raise
+        finally:
+            self._hand_on()
+        for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
+            if not waiter.answer.done():
+                waiter.answer.set_result(_Done(outcome))
+        mine = outcomes[0]
+        if mine is _TRY_ALONE:
+            return await self._alone(batch[0].item)
+        if isinstance(mine, BaseException):
+            raise mine
+        return mine
+
+    def _hand_on(self) -> None:
+        """The running call ended: the waiting callers' first leads them all, or nothing runs."""
+        if not self._waiting:
+            self._running = False
+            return
+        batch, self._waiting = self._waiting, []
+        batch[0].answer.set_result(_Lead(batch))
+
+
+class _TryAlone(Exception):
+    """The outcome of an item whose shared call reached a bound: its caller runs it alone."""
+
+
+_TRY_ALONE = _TryAlone()
