@@ -1,6 +1,6 @@
 """Logging set-up for `hourglass serve`: text for people, JSON lines for log pipelines.
 
-Every record carries the id of the request being handled, if any (app/api/request_id.py).
+Every record carries the id of the request being handled, if any (app/api/edge.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from app.api.request_id import current_request_id
+from app.api.edge import current_request_id
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 

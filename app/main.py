@@ -86,7 +86,7 @@ def create_app(
         # the notifier that wakes long polls; the services are handed them.
         metrics = app.state.metrics
         storage = create_storage(settings)
-        storage.listen_statements(lambda _statement: metrics.statement_sent())
+        storage.listen_statements(metrics.statement_sent)
         calls = StorageCalls(storage, settings.pool_size, settings.lock_timeout)
         notifier = Notifier(clock=clock)
         peers = (

@@ -406,8 +406,9 @@ class Metrics:
     def peers_told(self, names: int) -> None:
         self._peers_told.inc(names)
 
-    def statement_sent(self) -> None:
-        """One more statement sent to the database (the store calls it after each)."""
+    def statement_sent(self, _statement: str = "") -> None:
+        """One more statement sent to the database (the store calls it after each, with
+        its text)."""
         self.database_statements.inc()
 
     def exposition(self) -> bytes:

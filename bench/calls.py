@@ -359,6 +359,18 @@ def top(
     return lines
 
 
+def app_modules(counted: Counted) -> list[str]:
+    """The modules of the app (app/…) whose functions the requests called: the files a
+    request passes through, in path order."""
+    root = Path(__file__).resolve().parent.parent
+    found = set()
+    for function, _caller in counted.sites:
+        path = Path(function[0])
+        if path.is_absolute() and path.resolve().is_relative_to(root / "app"):
+            found.add(str(path.resolve().relative_to(root)))
+    return sorted(found)
+
+
 def _by_package(counted: Counted) -> dict[str, float]:
     packages: dict[str, float] = defaultdict(float)
     for function, calls in counted.by_function().items():
@@ -385,6 +397,11 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="the N call sites with most calls")
     parser.add_argument("--request", choices=list(ROWS), default="hourglass-poll", help="for --top")
     parser.add_argument(
+        "--modules",
+        action="store_true",
+        help="also list the app's modules each Hourglass request passed through",
+    )
+    parser.add_argument(
         "--beyond-floor",
         action="store_true",
         help="for --top of a Hourglass request: rank call sites by their calls beyond the floor's",
@@ -406,6 +423,11 @@ def main() -> None:
     print("\n".join(table(counted)))
     if not args.database_url.startswith(("postgresql", "postgres:")):
         print("  (not PostgreSQL: Hourglass's statements ran in threads, and are not counted)")
+    if args.modules:
+        for name in ("hourglass-poll", "hourglass-offer"):
+            passed = app_modules(counted[name])
+            print(f"\n{ROWS[name]}: {len(passed)} modules of app/")
+            print("\n".join(f"  {module}" for module in passed))
     if args.top:
         beside = counted.get(FLOOR_OF.get(args.request, ""))
         ranking = "beyond the floor's" if args.beyond_floor and beside else "per request"

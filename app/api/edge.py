@@ -5,10 +5,10 @@ around `send` that every message of the answer goes through. FastAPI 0.165 build
 nine around the router (bench/RESULTS.md, issue 19); here there are four:
 
 - Starlette's ServerErrorMiddleware: an unexpected error is a problem+json 500;
-- `RequestEdge`, Hourglass's own, in one layer: the request id (app/api/request_id.py),
-  the request's duration by route (app/api/timing.py) and the body's bounds
-  (app/api/limits.py); the bearer tokens stay layers of their own, outside it, and
-  exist only when tokens are configured (app/api/auth.py);
+- `RequestEdge`, Hourglass's own, in one layer: the request id (below), the request's
+  duration by route (below) and the body's bounds (app/api/limits.py); the bearer
+  tokens stay layers of their own, outside it, and exist only when tokens are
+  configured (app/api/auth.py);
 - Starlette's ExceptionMiddleware: the app's error handlers (app/api/errors.py);
 - FastAPI's AsyncExitStackMiddleware, which its routes require.
 
@@ -20,7 +20,10 @@ body-size limit, unset here and so a layer that only passed requests on
 
 from __future__ import annotations
 
+import os
+import re
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from fastapi import FastAPI
@@ -32,11 +35,42 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import problem_from
 from app.api.limits import BodyLimits
-from app.api.request_id import HEADER, current_request_id, request_id_of
-from app.api.timing import observe
 
 # FastAPI's native telemetry, off: no tracing, metrics or logs of its own.
 NO_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}
+
+
+# A request id for every request: the client's `X-Request-ID` if it sent a sane one, else
+# new. It is returned as `X-Request-ID` and attached to every log line written while the
+# request is handled (app/logs.py), so a client's complaint can be found in the logs.
+current_request_id: ContextVar[str | None] = ContextVar("current_request_id", default=None)
+
+HEADER = b"x-request-id"
+# What we accept from a client: short, printable, no spaces (it goes into logs).
+_ACCEPTABLE = re.compile(rb"[!-~]{1,128}")
+
+
+def request_id_of(scope: Scope) -> str:
+    """The id of the request `scope` describes: the client's, if sane, else a new one."""
+    offered = next((value for name, value in scope["headers"] if name == HEADER), None)
+    if offered and _ACCEPTABLE.fullmatch(offered):
+        return offered.decode()
+    return os.urandom(16).hex()  # as random as uuid4().hex, without building a UUID
+
+
+# Request durations by route template, never by raw path: keys must not become labels.
+# Nor may whatever a client sends as its method (h11, uvicorn's parser when httptools is
+# missing, takes any token): methods outside the standard ones are labelled `other`, so
+# the series stay bounded.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def observe(histogram: Histogram, scope: Scope, status: int, seconds: float) -> None:
+    """`histogram{method,route,status}` observes one request that took `seconds`."""
+    route = scope.get("route")
+    template = getattr(route, "path", None) or "unmatched"
+    method = scope["method"] if scope["method"] in _METHODS else "other"
+    histogram.labels(method=method, route=template, status=str(status)).observe(seconds)
 
 
 class HourglassApi(FastAPI):

@@ -8,7 +8,7 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.request_id import current_request_id
+from app.api.edge import current_request_id
 from app.config import Settings
 from app.logs import JsonLines, RequestIdFilter
 from app.main import create_app

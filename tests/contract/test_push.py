@@ -25,7 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import __version__
-from app.api.request_id import current_request_id
+from app.api.edge import current_request_id
 from app.domain.formats import parse_timestamp
 from app.main import create_app
 from app.push.dispatcher import LEASE_MARGIN_MS, RESPONSE_BODY_LIMIT
