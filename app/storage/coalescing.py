@@ -18,7 +18,7 @@ was locked), each of its callers runs `alone` instead, as if it had gone by itse
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -59,40 +59,46 @@ class Coalesced(Generic[I, O]):
         self,
         together: Callable[[Sequence[I]], Awaitable[Sequence[O | BaseException]]],
         alone: Callable[[I], Awaitable[O]],
+        group: Callable[[I], Hashable] = lambda _item: None,
     ) -> None:
+        """`group(item)` names the items that may go together (the storage's: those of one
+        queue, so a queue whose rows are locked holds back no other queue's calls, as
+        decision 12's turns keep them apart)."""
         self._together = together
         self._alone = alone
-        self._running = False
-        self._waiting: list[_Waiter[I, O]] = []
+        self._group = group
+        self._running: set[Hashable] = set()  # the groups with a call running
+        self._waiting: dict[Hashable, list[_Waiter[I, O]]] = {}  # for the call after it
 
     async def __call__(self, item: I) -> O:
-        if not self._running:
-            self._running = True
-            return await self._lead([_Waiter(item)])
+        group = self._group(item)
+        if group not in self._running:
+            self._running.add(group)
+            return await self._lead(group, [_Waiter(item)])
         waiter: _Waiter[I, O] = _Waiter(item)
-        self._waiting.append(waiter)
+        self._waiting.setdefault(group, []).append(waiter)
         try:
             answer = await waiter.answer
         except asyncio.CancelledError:
             if not waiter.answer.done():
-                self._waiting.remove(waiter)  # never taken: nobody waits on it
+                self._waiting[group].remove(waiter)  # never taken: nobody waits on it
             elif isinstance(lead := waiter.answer.result(), _Lead):
                 # Made the leader as it was cancelled: the others still go, without it.
                 others = lead.batch[1:]
                 if others:
                     others[0].answer.set_result(_Lead(others))
                 else:
-                    self._hand_on()
+                    self._hand_on(group)
             raise
         if isinstance(answer, _Lead):
-            return await self._lead(answer.batch)
+            return await self._lead(group, answer.batch)
         if answer.outcome is _TRY_ALONE:
             return await self._alone(item)
         if isinstance(answer.outcome, BaseException):
             raise answer.outcome
         return answer.outcome
 
-    async def _lead(self, batch: list[_Waiter[I, O]]) -> O:
+    async def _lead(self, group: Hashable, batch: list[_Waiter[I, O]]) -> O:
         """Run `batch` (its leader first) in one call, then start the next: its leader's
         outcome; each other's goes to its own caller."""
         try:
@@ -113,7 +119,7 @@ class Coalesced(Generic[I, O]):
                     waiter.answer.set_exception(error)
             raise
         finally:
-            self._hand_on()
+            self._hand_on(group)
         for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
             if not waiter.answer.done():
                 waiter.answer.set_result(_Done(outcome))
@@ -124,12 +130,13 @@ class Coalesced(Generic[I, O]):
             raise mine
         return mine
 
-    def _hand_on(self) -> None:
-        """The running call ended: the waiting callers' first leads them all, or nothing runs."""
-        if not self._waiting:
-            self._running = False
+    def _hand_on(self, group: Hashable) -> None:
+        """The group's running call ended: its waiting callers' first leads them all, or
+        nothing of the group runs."""
+        batch = self._waiting.pop(group, None)
+        if not batch:
+            self._running.discard(group)
             return
-        batch, self._waiting = self._waiting, []
         batch[0].answer.set_result(_Lead(batch))
 
 

@@ -51,10 +51,16 @@ class SqlLeases:
         # Acknowledgements and releases that arrive while one of their kind runs share the
         # next statement (decision 23): of whole locks (counted, or with the keys deleted),
         # by key, and releases of whole locks due at one time.
-        self._acknowledged_counts = Coalesced(self._count_together, self._count_alone)
-        self._acknowledged_locks = Coalesced(self._acknowledge_together, self._acknowledge_alone)
-        self._acknowledged_keys = Coalesced(self._acknowledge_together, self._acknowledge_alone)
-        self._released = Coalesced(self._release_together, self._release_alone)
+        self._acknowledged_counts = Coalesced(self._count_together, self._count_alone, _by_queue)
+        self._acknowledged_locks = Coalesced(
+            self._acknowledge_together, self._acknowledge_alone, _by_queue
+        )
+        self._acknowledged_keys = Coalesced(
+            self._acknowledge_together, self._acknowledge_alone, _by_queue
+        )
+        self._released = Coalesced(
+            self._release_together, self._release_alone, lambda release: release[0]
+        )
 
     async def poll(
         self,
@@ -417,6 +423,11 @@ class SqlLeases:
             return [row.pKey for row in rows]
 
         return await self.runner.transaction(release)
+
+
+def _by_queue(acknowledgement: LockAcknowledgement) -> str:
+    """Calls of one queue go together: a queue whose rows are locked holds back no other's."""
+    return acknowledgement.queue
 
 
 def _before(row: lease_sql.ClaimedRow) -> Claimed:

@@ -112,7 +112,9 @@ class SqlMessages:
         self.inserts = Inserts(dialect)
         # New messages offered one by one: those that arrive while one goes in share the
         # next statement (decision 23).
-        self._insert = Coalesced(self._insert_together, self._insert_alone)
+        self._insert = Coalesced(
+            self._insert_together, self._insert_alone, group=lambda new: new[0]
+        )
 
     async def offer(
         self,
