@@ -286,7 +286,7 @@ class MariaDBDialect(Dialect):
         if gone:
             finish = (parameters["outcome"], parameters["now"])
             await connection.execute(
-                insert(delivery_history),
+                _RECORD,
                 [dict(zip(HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
             )
 
@@ -368,6 +368,8 @@ class MariaDBDialect(Dialect):
 
 # The greatest id there is (a removal in pages goes no further).
 _LAST_ID = select(func.max(columns.id))
+# The history rows of what a removal deleted, from the rows it returned (executemany).
+_RECORD = insert(delivery_history)
 
 
 def _code(error: BaseException | None) -> int | None:

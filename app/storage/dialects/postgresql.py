@@ -453,6 +453,11 @@ STATEMENTS: Variants = {
     },
     "leases": {
         "claims": _CLAIMS,
+        # The claim in one statement (claims) leaves nothing to select, then update: these
+        # never run here (their expanding IN could not, on the direct path).
+        "claim_candidates": None,
+        "claim_update": None,
+        "claim_update_limited": None,
         "claimed_payloads": select(columns.id, columns.payload).where(
             _ids, columns.lockUuid == bindparam("lock_id")
         ),
