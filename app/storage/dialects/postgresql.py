@@ -452,6 +452,8 @@ STATEMENTS: Variants = {
         ),
     },
     "leases": {
+        # The poll as one UPDATE … FROM … RETURNING, by (a delivery limit, more than one
+        # message): _claim, above.
         "claims": _CLAIMS,
         # The claim in one statement (claims) leaves nothing to select, then update: these
         # never run here (their expanding IN could not, on the direct path).
@@ -461,7 +463,9 @@ STATEMENTS: Variants = {
         "claimed_payloads": select(columns.id, columns.payload).where(
             _ids, columns.lockUuid == bindparam("lock_id")
         ),
+        # Keys as one array, each looked up on its own (_keys_in_queue).
         "existing_keys": _keys_in_queue(),
+        # Keys and ids as arrays (_any_of).
         "keyed_locks": _keyed_locks,
     },
     "cron": {"entry_runs": _entry_runs},
