@@ -46,7 +46,7 @@ from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, format_timestamp
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.domain.payloads import encode_payload
 from app.domain.rendering import delivery_tail, json_string, object_pieces
-from app.storage.lease_sql import PAYLOAD_READ_BYTES
+from app.storage.statements.leases import PAYLOAD_READ_BYTES
 from bench.hourglass import CLAIM_MANY, CLAIM_ONE, MAX_POLL_BYTES, OFFER, SESSION_OPTIONS
 
 DSN_VARIABLE = "HOURGLASS_FLOOR_DSN"

@@ -21,7 +21,7 @@ from psycopg.types.array import ListBinaryDumper
 
 from app.config import Settings
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
-from app.storage.lease_sql import PAYLOAD_READ_BYTES
+from app.storage.statements.leases import PAYLOAD_READ_BYTES
 from bench.http_client import Connection
 
 QUEUE = "bench"

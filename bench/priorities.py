@@ -160,7 +160,7 @@ def explain(dsn: str, future: int, due: int = 1000) -> None:
     and max=100, in a transaction rolled back, over `future` future messages of every
     priority and `due` due ones of priority 0 (behind nine ranges of future ones)."""
     from app.config import normalize_database_url
-    from app.storage.dialects.postgresql import _CLAIMS
+    from app.storage.dialects.postgresql import PostgreSQLDialect
     from app.storage.schema import upgrade_to_head
 
     fresh_database(dsn)
@@ -172,7 +172,7 @@ def explain(dsn: str, future: int, due: int = 1000) -> None:
     engine = create_engine(url.replace("+psycopg_async", "+psycopg"))
     try:
         for limit in (1, 100):
-            statement = _CLAIMS[False, limit > 1]
+            statement = PostgreSQLDialect.statements.leases.claims[False, limit > 1]
             compiled = statement.compile(dialect=engine.dialect)
             parameters = {
                 **compiled.params,

@@ -17,7 +17,6 @@ from app.domain.cron import (
     runs_to_install,
 )
 from app.domain.messages import Offer
-from app.storage import sql
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
@@ -35,6 +34,7 @@ class SqlCronEntries:
         self.dialect = dialect
         self.removals = removals
         self.inserts = inserts
+        self.statements = dialect.statements.cron
 
     async def install(self, entry: CronEntry) -> CronInstall:
         """Create or replace an entry; a new configuration deletes the old one's pending runs."""
@@ -49,15 +49,15 @@ class SqlCronEntries:
     async def _install(self, connection: Connection, entry: CronEntry) -> CronInstall:
         # Locks the entry's row: a replica installing runs of it (share lock) finishes first.
         key = {"entry_queue": entry.queue, "entry_name": entry.name}
-        row = (await connection.execute(sql.cron_select_for_update, key)).first()
+        row = (await connection.execute(self.statements.cron_select_for_update, key)).first()
         if row is None:
-            await connection.execute(sql.cron_insert, _cron_row(entry))
+            await connection.execute(self.statements.cron_insert, _cron_row(entry))
             return CronInstall(InstallOutcome.CREATED, entry, 0)
         stored = _cron_entry(row)
         if (stored.config_hash, stored.lookahead_ms) == (entry.config_hash, entry.lookahead_ms):
             return CronInstall(InstallOutcome.UNCHANGED, stored, 0)
         await connection.execute(
-            sql.cron_update,
+            self.statements.cron_update,
             {
                 **key,
                 "new_schedule": entry.schedule,
@@ -72,7 +72,7 @@ class SqlCronEntries:
         if stored.config_hash != entry.config_hash:
             removed = await self.removals.remove_on(
                 connection,
-                self.dialect.entry_runs.delete_pending,
+                self.statements.entry_runs.delete_pending,
                 _runs_of(entry.queue, entry.name, stored.config_hash),
                 entry.updated_at,
             )
@@ -84,10 +84,10 @@ class SqlCronEntries:
 
         async def uninstall(connection: Connection) -> int | None:
             entry_key = {"entry_queue": queue, "entry_name": name}
-            if not (await connection.execute(sql.cron_delete, entry_key)).rowcount:
+            if not (await connection.execute(self.statements.cron_delete, entry_key)).rowcount:
                 return None
             return await self.removals.remove_on(
-                connection, self.dialect.entry_runs.delete_pending, _runs_of(queue, name), now
+                connection, self.statements.entry_runs.delete_pending, _runs_of(queue, name), now
             )
 
         return await self.runner.transaction(uninstall)
@@ -108,10 +108,12 @@ class SqlCronEntries:
         """
         key = {"entry_queue": entry.queue, "entry_name": entry.name}
         of_configuration = _runs_of(entry.queue, entry.name, entry.config_hash)
-        statements = self.dialect.entry_runs
+        statements = self.statements.entry_runs
 
         async def install(connection: Connection) -> int | None:
-            current = (await connection.execute(sql.cron_select_for_update, key)).first()
+            current = (
+                await connection.execute(self.statements.cron_select_for_update, key)
+            ).first()
             if current is None or current.configHash != entry.config_hash:
                 return None
             stored = sorted((await connection.execute(statements.keys, of_configuration)).scalars())
@@ -140,20 +142,22 @@ class SqlCronEntries:
 
     async def get(self, queue: str, name: str) -> CronEntry | None:
         key = {"entry_queue": queue, "entry_name": name}
-        row = await self.runner.first(sql.cron_select, key)
+        row = await self.runner.first(self.statements.cron_select, key)
         return None if row is None else _cron_entry(row)
 
     async def entries(self, queue: str | None = None) -> list[CronEntry]:
         """The entries of one queue, or of every queue, by queue and name."""
         if queue is None:
-            rows = await self.runner.rows(sql.cron_list_all, {})
+            rows = await self.runner.rows(self.statements.cron_list_all, {})
         else:
-            rows = await self.runner.rows(sql.cron_list_queue, {"queue": queue})
+            rows = await self.runner.rows(self.statements.cron_list_queue, {"queue": queue})
         return [_cron_entry(row) for row in rows]
 
     async def names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every entry."""
-        return [(row.queue, row.name) for row in await self.runner.rows(sql.cron_names, {})]
+        return [
+            (row.queue, row.name) for row in await self.runner.rows(self.statements.cron_names, {})
+        ]
 
 
 def _cron_row(entry: CronEntry) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from sqlalchemy.sql.dml import Insert
 
 from app.domain.messages import Finish
-from app.storage import lease_sql, sql
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.runner import Runner
+from app.storage.statements.common import Removal
 
 
 class Removals:
@@ -23,18 +23,19 @@ class Removals:
         # Whether messages leaving a queue leave a row in delivery_history.
         self.record = record
         # One statement that records and deletes, where the dialect has one.
-        self._recorded_deletes: dict[sql.Removal, Insert | None] = {
+        statements = dialect.statements
+        self._recorded_deletes: dict[Removal, Insert | None] = {
             removal: dialect.recorded_delete(removal)
             for removal in (
-                lease_sql.lock_acknowledge,
-                sql.message_delete,
-                sql.queue_purge,
-                dialect.entry_runs.delete_pending,
+                statements.leases.lock_acknowledge,
+                statements.messages.message_delete,
+                statements.messages.queue_purge,
+                statements.cron.entry_runs.delete_pending,
             )
         }
 
     async def remove(
-        self, removal: sql.Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
+        self, removal: Removal, parameters: dict, now: int, finish: Finish = Finish.DROPPED
     ) -> int:
         """Delete what `removal` matches, recording it in the history; how many rows."""
         if not self.record or self._recorded_deletes.get(removal) is not None:
@@ -50,7 +51,7 @@ class Removals:
     async def remove_on(
         self,
         connection: Connection,
-        removal: sql.Removal,
+        removal: Removal,
         parameters: dict,
         now: int,
         finish: Finish = Finish.DROPPED,
@@ -65,7 +66,7 @@ class Removals:
         return await self.dialect.remove_recorded(connection, removal, parameters)
 
     async def remove_keys(
-        self, removal: sql.Removal, parameters: dict, now: int, finish: Finish
+        self, removal: Removal, parameters: dict, now: int, finish: Finish
     ) -> list[str]:
         """Delete what `removal` matches (at most the 1000 keys it names), recording it in
         the history as `finish`, as `remove` does; the keys deleted."""
@@ -84,7 +85,7 @@ class Removals:
 
         return await run(remove)
 
-    async def remove_all(self, removal: sql.Removal, parameters: dict, now: int) -> int:
+    async def remove_all(self, removal: Removal, parameters: dict, now: int) -> int:
         """Delete every row `removal` matches, however many, in one transaction (a purge),
         recorded as dropped; how many.
 
@@ -104,8 +105,9 @@ class Removals:
 class SqlHistory:
     """The history's upkeep."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, dialect: Dialect) -> None:
         self.runner = runner
+        self.statements = dialect.statements.history
 
     async def prune(self, before: int, batch: int) -> int:
         """Delete about `batch` history rows that finished before `before`; how many."""
@@ -113,14 +115,16 @@ class SqlHistory:
         async def prune(connection: Connection) -> int:
             end = (
                 await connection.execute(
-                    sql.history_batch_end, {"before": before, "last": batch - 1}
+                    self.statements.history_batch_end, {"before": before, "last": batch - 1}
                 )
             ).first()
             if end is None:  # fewer than a batch left
-                pruned = await connection.execute(sql.history_prune_rest, {"before": before})
+                pruned = await connection.execute(
+                    self.statements.history_prune_rest, {"before": before}
+                )
                 return pruned.rowcount
             pruned = await connection.execute(
-                sql.history_prune_batch,
+                self.statements.history_prune_batch,
                 {"upto_finished_at": end.finishedAt, "upto_id": end.id},
             )
             return pruned.rowcount

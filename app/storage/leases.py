@@ -22,7 +22,7 @@ from app.domain.messages import (
     Redrive,
     every_queue,
 )
-from app.storage import lease_sql, sql
+from app.storage import claims
 from app.storage.coalescing import Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
@@ -48,6 +48,9 @@ class SqlLeases:
         self.runner = runner
         self.dialect = dialect
         self.removals = removals
+        self.statements = dialect.statements.leases
+        # A dead letter replaces the message under its key (messages' message_delete).
+        self.message_delete = dialect.statements.messages.message_delete
         # Acknowledgements and releases that arrive while one of their kind runs share the
         # next statement (decision 23): of whole locks (counted, or with the keys deleted),
         # by key, and releases of whole locks due at one time.
@@ -79,7 +82,7 @@ class SqlLeases:
         bound). Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
-        often goes to the dead-letter queue instead (see lease_sql.claim_values).
+        often goes to the dead-letter queue instead (see leases' claim_values in app/storage/statements).
         """
         max_deliveries = settings.max_deliveries if settings else None
         parameters: dict[str, Any] = {
@@ -100,7 +103,7 @@ class SqlLeases:
             else self.runner.transaction
         )
 
-        async def claim(connection: Connection) -> list[lease_sql.ClaimedRow]:
+        async def claim(connection: Connection) -> list[claims.ClaimedRow]:
             return await self.dialect.claim(connection, parameters)
 
         claimed = await run(claim)
@@ -110,7 +113,7 @@ class SqlLeases:
             # The poll answers 503: nobody may be left holding what it took.
             await self._give_back(queue, claimed, lock_id, max_deliveries)
             raise
-        # The claim's order (lease_sql.CLAIM_ORDER), which not every statement keeps.
+        # The claim's order (leases' CLAIM_ORDER), which not every statement keeps.
         claimed.sort(key=lambda row: (-row.priority, row.previous_scheduled_at, row.id))
         deliveries = [
             _delivery(queue, row, lease_until) for row in claimed if row.delivered(max_deliveries)
@@ -131,8 +134,8 @@ class SqlLeases:
         )
 
     async def _with_payloads(
-        self, claimed: list[lease_sql.ClaimedRow], lock_id: str, max_deliveries: int | None
-    ) -> list[lease_sql.ClaimedRow]:
+        self, claimed: list[claims.ClaimedRow], lock_id: str, max_deliveries: int | None
+    ) -> list[claims.ClaimedRow]:
         """`claimed` with the payloads the claim left out read, after it committed: the
         rows it left out of the answer are then free again for other polls. A message
         updated or deleted in between is no longer the lock's, and is left out."""
@@ -142,8 +145,8 @@ class SqlLeases:
         sized = [(row.id, row.payload_bytes) for row in missing]
 
         async def payloads_of(connection: Connection) -> dict[int, bytes]:
-            return await lease_sql.read_payloads(
-                connection, self.dialect.claimed_payloads, sized, {"lock_id": lock_id}
+            return await claims.read_payloads(
+                connection, self.statements.claimed_payloads, sized, {"lock_id": lock_id}
             )
 
         payloads = await self.runner.read(payloads_of)
@@ -157,7 +160,7 @@ class SqlLeases:
     async def _give_back(
         self,
         queue: str,
-        claimed: list[lease_sql.ClaimedRow],
+        claimed: list[claims.ClaimedRow],
         lock_id: str,
         max_deliveries: int | None,
     ) -> None:
@@ -193,7 +196,7 @@ class SqlLeases:
             given = 0
             for row in claimed:
                 undone = await connection.execute(
-                    lease_sql.claim_give_back,
+                    self.statements.claim_give_back,
                     {
                         "claimed_id": row.id,
                         "lock_id": lock_id,
@@ -222,19 +225,23 @@ class SqlLeases:
         held = {"queue": queue, "dead_lock_id": dead_lock_id}
 
         async def move(connection: Connection) -> int:
-            keys = (await connection.execute(lease_sql.dead_letter_keys, held)).scalars().all()
+            keys = (
+                (await connection.execute(self.statements.dead_letter_keys, held)).scalars().all()
+            )
             if not keys:
                 return 0
             there_now = {"queue": dead_letter_queue, "keys": list(keys)}
-            taken = (await connection.execute(self.dialect.existing_keys, there_now)).scalars()
+            taken = (await connection.execute(self.statements.existing_keys, there_now)).scalars()
             waiting = set()
             for key in taken.all():
                 there = {"queue": dead_letter_queue, "key": key}
-                held_there = await connection.execute(lease_sql.message_held, {**there, "now": now})
+                held_there = await connection.execute(
+                    self.statements.message_held, {**there, "now": now}
+                )
                 if held_there.scalar():
                     waiting.add(key)
                 else:
-                    await self.removals.remove_on(connection, sql.message_delete, there, now)
+                    await self.removals.remove_on(connection, self.message_delete, there, now)
             moved = 0
             for key in keys:
                 if key in waiting:
@@ -242,11 +249,11 @@ class SqlLeases:
                 parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue}
                 if self.removals.record:
                     await connection.execute(
-                        lease_sql.dead_letter_record,
+                        self.statements.dead_letter_record,
                         {**parameters, "outcome": Finish.DEAD_LETTERED.value, "now": now},
                     )
                 gone = await connection.execute(
-                    lease_sql.dead_letter_move, {**parameters, "now": now}
+                    self.statements.dead_letter_move, {**parameters, "now": now}
                 )
                 moved += gone.rowcount
             return moved
@@ -276,7 +283,7 @@ class SqlLeases:
             ) -> tuple[Redrive, int, int]:
                 rows = (
                     await connection.execute(
-                        lease_sql.redrive_candidates,
+                        self.statements.redrive_candidates,
                         {"queue": queue, "now": now, "after": after, "limit": chunk},
                     )
                 ).all()
@@ -292,14 +299,14 @@ class SqlLeases:
                         forbidden += len(keys)
                         continue
                     existing = await connection.execute(
-                        self.dialect.existing_keys, {"queue": target, "keys": keys}
+                        self.statements.existing_keys, {"queue": target, "keys": keys}
                     )
                     taken = set(existing.scalars())
                     skipped += len(taken)
                     for key in keys:
                         if key not in taken:
                             went = await connection.execute(
-                                lease_sql.redrive_move,
+                                self.statements.redrive_move,
                                 {"queue": queue, "key": key, "target": target, "now": now},
                             )
                             moved += went.rowcount
@@ -335,7 +342,7 @@ class SqlLeases:
 
     async def _count_alone(self, acknowledgement: LockAcknowledgement) -> int:
         return await self.removals.remove(
-            lease_sql.lock_acknowledge,
+            self.statements.lock_acknowledge,
             {"queue": acknowledgement.queue, "lock_id": acknowledgement.lock_id},
             acknowledgement.now,
             Finish.ACKNOWLEDGED,
@@ -349,9 +356,9 @@ class SqlLeases:
             "queue": acknowledgement.queue,
             "lock_id": acknowledgement.lock_id,
         }
-        removal = lease_sql.lock_acknowledge
+        removal = self.statements.lock_acknowledge
         if acknowledgement.keys is not None:
-            removal = self.dialect.keyed_locks.acknowledge
+            removal = self.statements.keyed_locks.acknowledge
             parameters["keys"] = list(acknowledgement.keys)
         return await self.removals.remove_keys(
             removal, parameters, acknowledgement.now, Finish.ACKNOWLEDGED
@@ -372,7 +379,7 @@ class SqlLeases:
     async def extend(self, queue: str, lock_id: str, until: int) -> int:
         """Move the lease of what `lock_id` holds to end at `until`."""
         return await self.runner.single(
-            lease_sql.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
+            self.statements.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
         )
 
     async def release(self, queue: str, lock_id: str, at: int) -> int:
@@ -382,7 +389,7 @@ class SqlLeases:
     async def _release_alone(self, release: tuple[str, str, int]) -> int:
         queue, lock_id, at = release
         return await self.runner.single(
-            lease_sql.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
+            self.statements.lock_release, {"queue": queue, "lock_id": lock_id, "at": at}
         )
 
     async def _release_together(self, releases: Sequence[tuple[str, str, int]]) -> list[int]:
@@ -408,16 +415,16 @@ class SqlLeases:
         (docs/decisions/0014-per-key-locks-and-retry-delays.md)."""
         held: dict[str, Any] = {"queue": queue, "lock_id": lock_id}
         if keys is None:
-            statement, parameters = lease_sql.lock_held_rows, held
+            statement, parameters = self.statements.lock_held_rows, held
         else:
-            statement, parameters = self.dialect.keyed_locks.held, {**held, "keys": list(keys)}
+            statement, parameters = self.statements.keyed_locks.held, {**held, "keys": list(keys)}
 
         async def release(connection: Connection) -> list[str]:
             rows = (await connection.execute(statement, parameters)).all()
             times = {}
             for row in rows:
                 at = due(row.deliveries)
-                # A release must read as a redelivery (see lease_sql.lock_release).
+                # A release must read as a redelivery (see leases' lock_release).
                 times[row.id] = at - 1 if at == row.scheduledAtInitially else at
             await self.dialect.release_due(connection, held, times)
             return [row.pKey for row in rows]
@@ -430,7 +437,7 @@ def _by_queue(acknowledgement: LockAcknowledgement) -> str:
     return acknowledgement.queue
 
 
-def _before(row: lease_sql.ClaimedRow) -> Claimed:
+def _before(row: claims.ClaimedRow) -> Claimed:
     return Claimed(
         row.id,
         row.previous_scheduled_at,
@@ -441,7 +448,7 @@ def _before(row: lease_sql.ClaimedRow) -> Claimed:
     )
 
 
-def _delivery(queue: str, row: lease_sql.ClaimedRow, lease_until: int) -> Delivery:
+def _delivery(queue: str, row: claims.ClaimedRow, lease_until: int) -> Delivery:
     """A delivered row as the worker receives it: leased until `lease_until`."""
     assert row.payload is not None  # read after the claim (_with_payloads), when left out
     return Delivery(

@@ -17,13 +17,11 @@ from app.domain.messages import (
     QueueStats,
     every_queue,
 )
-from app.storage import sql
 from app.storage.coalescing import Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
 from app.storage.runner import Runner, chunks
-from app.storage.tables import delayed_queue as queue_table
 
 # Rows per multi-row INSERT in a batch (SPEC §2).
 INSERT_CHUNK = 200
@@ -41,14 +39,11 @@ class Inserts:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-        # RETURNING tells which rows went in; rowcount is not reliable for every driver.
-        self.returning_keys = dialect.insert_ignoring_duplicates(queue_table).returning(
-            sql.columns.pKey
-        )
+        self.offer_insert = dialect.statements.messages.offer_insert
 
     async def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in."""
-        inserted = await connection.execute(self.returning_keys, offer_row(queue, offer, now))
+        inserted = await connection.execute(self.offer_insert, offer_row(queue, offer, now))
         return inserted.first() is not None
 
     async def many(
@@ -56,7 +51,7 @@ class Inserts:
     ) -> Sequence[str]:
         """INSERT those of `offers` (one chunk, distinct keys) whose keys are free; their keys."""
         return await self.dialect.insert_many(
-            connection, self.returning_keys, [offer_row(queue, offer, now) for offer in offers]
+            connection, self.offer_insert, [offer_row(queue, offer, now) for offer in offers]
         )
 
     def chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
@@ -109,6 +104,7 @@ class SqlMessages:
         self.runner = runner
         self.dialect = dialect
         self.removals = removals
+        self.statements = dialect.statements.messages
         self.inserts = Inserts(dialect)
         # New messages offered one by one: those that arrive while one goes in share the
         # next statement (decision 23).
@@ -152,7 +148,7 @@ class SqlMessages:
         rows = [offer_row(queue, offer, now) for queue, offer, now in news]
 
         async def insert(connection: Connection) -> list[bool]:
-            return await self.dialect.insert_offers(connection, self.inserts.returning_keys, rows)
+            return await self.dialect.insert_offers(connection, self.inserts.offer_insert, rows)
 
         return await self.runner.shared(insert)
 
@@ -268,7 +264,7 @@ class SqlMessages:
             async def read(connection: Connection, chunk: Sequence[Offer] = chunk) -> Sequence[Any]:
                 keys = [offer.key for offer in chunk]
                 found = await connection.execute(
-                    self.dialect.stored_offers, {"queue": queue, "keys": keys}
+                    self.statements.stored_offers, {"queue": queue, "keys": keys}
                 )
                 return found.all()
 
@@ -302,13 +298,15 @@ class SqlMessages:
         for _ in range(_OFFER_RACE_ATTEMPTS):
             if offer.if_exists is IfExists.IGNORE:
                 stored = (
-                    await connection.execute(sql.offer_stored_schedule, key_parameters)
+                    await connection.execute(self.statements.offer_stored_schedule, key_parameters)
                 ).scalar()
                 if stored is not None:
                     return OfferOutcome(Outcome.IGNORED, stored)
             else:
                 current = (
-                    await connection.execute(sql.offer_select_for_update, key_parameters)
+                    await connection.execute(
+                        self.statements.offer_select_for_update, key_parameters
+                    )
                 ).first()
                 if current is not None:
                     if (current.payload, current.scheduledAtInitially, current.priority) == (
@@ -338,7 +336,7 @@ class SqlMessages:
         """The compare-and-swap UPDATE: rewrite the row only if it is still the one read."""
         origin = current.deadLetteredFrom
         swapped = await connection.execute(
-            sql.offer_update,
+            self.statements.offer_update,
             {
                 **key_parameters,
                 "old_scheduled_at_initially": current.scheduledAtInitially,
@@ -355,32 +353,33 @@ class SqlMessages:
 
     async def get(self, queue: str, key: str) -> Message | None:
         """The message under `key`, or None."""
-        row = await self.runner.first(sql.message_get, {"queue": queue, "key": key})
+        row = await self.runner.first(self.statements.message_get, {"queue": queue, "key": key})
         return None if row is None else message_of(queue, row, row.payload)
 
     async def delete(self, queue: str, key: str, now: int) -> bool:
         """Delete the message under `key`, leased or not; False when there was none."""
         parameters = {"queue": queue, "key": key}
-        return await self.removals.remove(sql.message_delete, parameters, now) > 0
+        return await self.removals.remove(self.statements.message_delete, parameters, now) > 0
 
     async def next_due(self, queue: str) -> int | None:
         """The earliest `scheduledAt` in the queue (a due message or a lease that ends), or None."""
-        return await self.runner.scalar(sql.queue_next_due, {"queue": queue})
+        return await self.runner.scalar(self.statements.queue_next_due, {"queue": queue})
 
     async def stats(self, queue: str, now: int) -> QueueStats:
         """Counts by state; zeros for a queue that holds nothing."""
-        row = await self.runner.first(sql.queue_stats, {"queue": queue, "now": now})
+        row = await self.runner.first(self.statements.queue_stats, {"queue": queue, "now": now})
         if row is None:
             return QueueStats(queue, 0, 0, 0, 0, None, None)
         return _stats(row)
 
     async def all_stats(self, now: int) -> list[QueueStats]:
         """Stats of every queue that holds messages or cron entries, by name."""
+        with_entries = self.dialect.statements.cron.cron_queues
 
         async def read(connection: Connection) -> tuple[Sequence[Any], Sequence[str]]:
             return (
-                (await connection.execute(sql.queues_stats, {"now": now})).all(),
-                (await connection.execute(sql.cron_queues, {})).scalars().all(),
+                (await connection.execute(self.statements.queues_stats, {"now": now})).all(),
+                (await connection.execute(with_entries, {})).scalars().all(),
             )
 
         rows, cron_queues = await self.runner.read(read)
@@ -392,11 +391,11 @@ class SqlMessages:
     async def purge(self, queue: str, now: int) -> int:
         """Delete every message of the queue; how many there were (in pages, one
         transaction still: see Removals.remove_all)."""
-        return await self.removals.remove_all(sql.queue_purge, {"queue": queue}, now)
+        return await self.removals.remove_all(self.statements.queue_purge, {"queue": queue}, now)
 
 
 def message_of(queue: str, row: Any, payload: bytes) -> Message:
-    """The Message of a row that has sql.MESSAGE_COLUMNS."""
+    """The Message of a row that has messages' MESSAGE_COLUMNS (app/storage/statements)."""
     return Message(
         queue=queue,
         key=row.pKey,

@@ -5,29 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 from app.domain.messages import PushTarget, QueueSettings, RetryPolicy
-from app.storage import sql
 from app.storage.connection import Connection
+from app.storage.dialects import Dialect
 from app.storage.runner import Runner
 
 
 class SqlSettings:
     """Queue settings, one row per queue that has settings of its own."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, dialect: Dialect) -> None:
         self.runner = runner
+        self.statements = dialect.statements.settings
 
     async def get(self, queue: str) -> QueueSettings | None:
         """The queue's own settings, or None when it has the defaults."""
-        row = await self.runner.first(sql.settings_select, {"queue": queue})
+        row = await self.runner.first(self.statements.settings_select, {"queue": queue})
         return None if row is None else _settings_of(row)
 
     async def pushing(self) -> list[QueueSettings]:
         """The settings of every queue that pushes its messages, by queue name."""
-        return [_settings_of(row) for row in await self.runner.rows(sql.settings_pushing, {})]
+        return [
+            _settings_of(row)
+            for row in await self.runner.rows(self.statements.settings_pushing, {})
+        ]
 
     async def queues(self) -> list[str]:
         """The queues that have settings of their own."""
-        return [row[0] for row in await self.runner.rows(sql.settings_queues, {})]
+        return [row[0] for row in await self.runner.rows(self.statements.settings_queues, {})]
 
     async def put(self, settings: QueueSettings) -> QueueSettings:
         """Store the queue's settings, replacing any it had."""
@@ -60,11 +64,11 @@ class SqlSettings:
 
         async def put(connection: Connection) -> None:
             updated = await connection.execute(
-                sql.settings_update, {"settings_queue": settings.queue, **values}
+                self.statements.settings_update, {"settings_queue": settings.queue, **values}
             )
             if not updated.rowcount:
                 await connection.execute(
-                    sql.settings_insert,
+                    self.statements.settings_insert,
                     {
                         "queue": settings.queue,
                         "defaultLeaseMs": settings.default_lease_ms,

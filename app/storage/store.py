@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.storage import sql
 from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
 from app.storage.dialects import Dialect
@@ -24,6 +23,7 @@ from app.storage.lists import SqlLists
 from app.storage.messages import SqlMessages
 from app.storage.queue_settings import SqlSettings
 from app.storage.runner import Runner
+from app.storage.statements.common import schema_revision
 
 
 class Storage:
@@ -41,14 +41,14 @@ class Storage:
         self.messages = SqlMessages(self.runner, dialect, removals)
         self.leases = SqlLeases(self.runner, dialect, removals)
         self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
-        self.settings = SqlSettings(self.runner)
-        self.history = SqlHistory(self.runner)
+        self.settings = SqlSettings(self.runner, dialect)
+        self.history = SqlHistory(self.runner, dialect)
         self.lists = SqlLists(self.runner, dialect)
 
     async def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""
         try:
-            return await self.runner.scalar(sql.schema_revision, {})
+            return await self.runner.scalar(schema_revision, {})
         except SchemaMissing:
             return None  # no alembic_version table: never migrated
 

@@ -31,7 +31,7 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
 
-# The index every poll reads (revision 0009; app/storage/lease_sql.py: CLAIM_ORDER).
+# The index every poll reads (revision 0009; app/storage/statements/leases.py: CLAIM_ORDER).
 POLL_INDEX = "delayed_queue__kind_priority_scheduled_at_id_idx"
 
 # The seed design's table, column for column. Times are epoch milliseconds.
@@ -82,7 +82,7 @@ delayed_queue = Table(
 )
 
 # PostgreSQL only (revision 0005): the keys of cron runs, in byte order within each
-# queue. A cron entry's runs are one range of keys (app/storage/sql.py: entry_runs),
+# queue. A cron entry's runs are one range of keys (app/storage/statements/cron.py: entry_runs),
 # but a range of the unique (pKey, pKind) index follows the database's collation, and
 # under a linguistic one (en_US.UTF-8, the usual default) the keys that start with
 # `a/` are not one range of it: "a/z" sorts after "a0" there. Partial, so that

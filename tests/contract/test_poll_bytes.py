@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, Offer, QueueSettings
 from app.main import create_app
-from app.storage import lease_sql
+from app.storage import claims
 from app.storage.runner import Runner
 from tests.conftest import START_MS
 from tests.helpers import keys_of, poll, put, stored_rows
@@ -155,13 +155,13 @@ def test_a_message_updated_before_its_payload_is_read_is_left_out(store, monkeyp
     store.messages.offer_many(
         "q", [Offer("a", large, START_MS - 2), Offer("b", large, START_MS - 1)], START_MS
     )
-    read_payloads = lease_sql.read_payloads
+    read_payloads = claims.read_payloads
 
     async def updated_first(*arguments):
         await store.storage.messages.offer("q", Offer("a", b'"new"', START_MS - 2), START_MS)
         return await read_payloads(*arguments)
 
-    monkeypatch.setattr(lease_sql, "read_payloads", updated_first)
+    monkeypatch.setattr(claims, "read_payloads", updated_first)
     claim = store.leases.poll("q", 10, str(uuid.uuid4()), START_MS + 1_000, START_MS)
     monkeypatch.undo()
     assert [delivery.message.key for delivery in claim.deliveries] == ["b"]
@@ -190,7 +190,7 @@ def test_a_poll_whose_payload_read_fails_gives_back_what_it_took(
     clock.advance(10)
     before = _rows_by_key(clean_database.url)
 
-    monkeypatch.setattr(lease_sql, "read_payloads", _database_gone)
+    monkeypatch.setattr(claims, "read_payloads", _database_gone)
     response = client.post("/v1/queues/q/poll", json={"max": 10})
     assert response.status_code == 503, response.text
     assert "retry-after" in response.headers
@@ -216,7 +216,7 @@ def test_a_poll_that_can_neither_read_nor_give_back_answers_503(client, clock, m
     large = "x" * 200_000
     for key in ("large-1", "large-2"):
         put(client, "q", key, large)
-    monkeypatch.setattr(lease_sql, "read_payloads", _database_gone)
+    monkeypatch.setattr(claims, "read_payloads", _database_gone)
     transaction = Runner.transaction
 
     async def giving_back_fails(runner, work):

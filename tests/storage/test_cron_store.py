@@ -273,7 +273,7 @@ def test_an_entrys_runs_are_one_index_range_however_full_the_queue_is(store, cle
         key_suffix="000",
         due_at=START_MS,
     )
-    runs = store.dialect.entry_runs
+    runs = store.dialect.statements.cron.entry_runs
     parameters = _runs_of(QUEUE, "tick")
     for statement in (runs.keys, runs.delete_pending.delete):
         plan = plan_of(store, statement, parameters)

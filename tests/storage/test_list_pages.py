@@ -1,6 +1,7 @@
 """Walking a list page by page gives every row once, in the list's order, on every
-database: each dialect writes a page after a cursor its own way (sql.ListReads: a
-row comparison, written out, or split at the cursor's millisecond), and many
+database: each dialect writes a page after a cursor its own way (its `list_reads`,
+app/storage/statements/lists.py: a row comparison, written out, or split at the
+cursor's millisecond), and many
 messages share a due time (an import at 09:00) or a history row's finishing time."""
 
 from __future__ import annotations

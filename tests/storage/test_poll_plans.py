@@ -105,12 +105,10 @@ def test_a_poll_reads_one_range_per_priority_and_only_the_rows_it_takes(queue_wi
 
 def _postgresql(store, limit: int) -> None:
     """One range per priority through LATERAL; rows locked: the rows taken."""
-    from app.storage.dialects.postgresql import _CLAIMS
-
     [(plans,)] = _analysed(
         store,
         "EXPLAIN (ANALYZE, FORMAT JSON)",
-        _CLAIMS[False, limit > 1],
+        store.dialect.statements.leases.claims[False, limit > 1],
         _parameters(limit),
     )
     plan = (json.loads(plans) if isinstance(plans, str) else plans)[0]["Plan"]
@@ -142,7 +140,10 @@ def _postgresql(store, limit: int) -> None:
 def _mariadb(store, limit: int) -> None:
     """The ten ranges of `priority IN (…)`, in the index's order: no sort."""
     [(analysed,)] = _analysed(
-        store, "ANALYZE FORMAT=JSON", store.dialect.claim_candidates, _parameters(limit)
+        store,
+        "ANALYZE FORMAT=JSON",
+        store.dialect.statements.leases.claim_candidates,
+        _parameters(limit),
     )
     block = json.loads(analysed)["query_block"]
     assert "filesort" not in json.dumps(block)  # the index gives the order
@@ -154,7 +155,10 @@ def _mariadb(store, limit: int) -> None:
 def _sqlite(store, limit: int) -> None:
     """The poll's index searched by priority and due time, in its order: no sort."""
     rows = _analysed(
-        store, "EXPLAIN QUERY PLAN", store.dialect.claim_candidates, _parameters(limit)
+        store,
+        "EXPLAIN QUERY PLAN",
+        store.dialect.statements.leases.claim_candidates,
+        _parameters(limit),
     )
     plan = "\n".join(str(row[-1]) for row in rows)
     assert f"SEARCH delayed_queue USING INDEX {POLL_INDEX}" in plan, plan

@@ -278,7 +278,7 @@ def _widest_lease(payloads: list[bytes]) -> Lease:
 
 @pytest.mark.parametrize("count", [1, 2, 1000])
 def test_a_poll_answer_is_within_its_payloads_and_an_envelope_per_message(count):
-    # The store cuts a poll by this count (lease_sql.ClaimedRow.answer_bytes) before any
+    # The store cuts a poll by this count (claims.ClaimedRow.answer_bytes) before any
     # payload is read: the rendered answer must never be larger.
     payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
     body = _poll_answer(_widest_lease(payloads))

@@ -6,19 +6,16 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, ClassVar, Protocol
 
-from sqlalchemy import Table, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Insert
 
 from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Finish, Offer
-from app.storage import lease_sql, sql
+from app.storage import claims
 from app.storage.connection import (
     BoundReached,
     Connection,
@@ -27,6 +24,8 @@ from app.storage.connection import (
     SchemaMissing,
     TransientConflict,
 )
+from app.storage.statements import Statements, resolved
+from app.storage.statements.common import Removal
 
 # Opening a connection gives up after this long (a server that accepts TCP but never
 # answers, say).
@@ -82,12 +81,6 @@ def keep_alive(descriptor: int) -> None:
                 connected.setsockopt(level, getattr(socket, name), value)
 
 
-@cache
-def _keys_of(removal: sql.Removal) -> Select:
-    """The keys `removal` matches."""
-    return select(sql.columns.pKey).where(removal.where)
-
-
 @dataclass(frozen=True, slots=True)
 class LockAcknowledgement:
     """One caller's acknowledgement: what `lock_id` holds in `queue` (of `keys`, or all of it)."""
@@ -140,26 +133,9 @@ class Dialect:
     single_statement_options: ClassVar[dict[str, Any]] = {}
     # Execution options for a transaction that only reads.
     read_options: ClassVar[dict[str, Any]] = {}
-    # Which of these keys exist already (a list bound as "keys").
-    existing_keys: Select = sql.existing_keys
-    # Batch offer: key, payload "digest" (see payload_digest) and first time asked
-    # for, of the keys that exist.
-    stored_offers: Select = sql.stored_offers
-    # A poll's candidates, locked (lease_sql.claim_candidates; MariaDB names its index).
-    claim_candidates: Select = lease_sql.claim_candidates
-    # The payloads of rows a poll took, by id ("ids"), that its lock ("lock_id") still holds.
-    claimed_payloads: Select = lease_sql.claimed_payloads
-    # The payloads of rows by id ("ids"): a list's payloads too large to read with its rows.
-    payloads_by_id: Select = sql.payloads_by_id
-    # The key column compared and sorted in byte order (UTF-8 bytes, or code points: the
-    # same order), as lists by key prefix read it; an index leads to it (revision 0006).
-    keys_by_bytes: sql.KeyOrder = sql.KeyOrder()
-    # How a list's page shows its planner the index that leads to it (sql.ListReads).
-    list_reads: sql.ListReads = sql.ListReads()
-    # A cron entry's runs, read and deleted as one range of keys in byte order.
-    entry_runs: sql.EntryRuns = sql.runs
-    # Some keys of what one lock holds: per-key acknowledge and release.
-    keyed_locks: lease_sql.KeyedLocks = lease_sql.keyed_locks()
+    # Every room's statements, a dialect's variants in place of the shared ones: each
+    # dialect module's STATEMENTS, resolved (app/storage/statements/__init__.py).
+    statements: ClassVar[Statements] = resolved({})
     # The largest statement the server takes, where it has a limit (bytes, roughly).
     max_statement_bytes: int | None = None
     # Whether `claim` is one statement, which can then run without BEGIN/COMMIT.
@@ -209,17 +185,14 @@ class Dialect:
         driver's own here, within its read timeout."""
         return engine.dialect.do_ping
 
-    def insert_ignoring_duplicates(self, table: Table) -> Insert:
-        """An INSERT that skips rows whose unique key exists, and fails on any other error."""
-        raise NotImplementedError
-
     async def insert_many(
         self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
     ) -> Sequence[str]:
         """Insert rows of one queue whose keys are free, in one statement; the keys that went in.
 
         `insert_one` is the single-row INSERT that skips duplicates, with RETURNING
-        the key; SQLAlchemy sends it for many rows as multi-row VALUES.
+        the key (messages' offer_insert); SQLAlchemy sends it for many rows as
+        multi-row VALUES.
         """
         return (await connection.execute(insert_one, rows)).scalars().all()
 
@@ -252,9 +225,9 @@ class Dialect:
                 "queue": acknowledgement.queue,
                 "lock_id": acknowledgement.lock_id,
             }
-            removal = lease_sql.lock_acknowledge
+            removal = self.statements.leases.lock_acknowledge
             if acknowledgement.keys is not None:
-                removal = self.keyed_locks.acknowledge
+                removal = self.statements.leases.keyed_locks.acknowledge
                 parameters["keys"] = list(acknowledgement.keys)
             if record:
                 parameters |= {"outcome": Finish.ACKNOWLEDGED.value, "now": acknowledgement.now}
@@ -270,7 +243,8 @@ class Dialect:
         released = []
         for queue, lock_id, at in releases:
             parameters = {"queue": queue, "lock_id": lock_id, "at": at}
-            released.append((await connection.execute(lease_sql.lock_release, parameters)).rowcount)
+            release = self.statements.leases.lock_release
+            released.append((await connection.execute(release, parameters)).rowcount)
         return released
 
     async def insert_bulk(
@@ -281,21 +255,19 @@ class Dialect:
         `bulk_rows` is set."""
         raise NotImplementedError
 
-    async def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
+    async def claim(self, connection: Connection, parameters: dict) -> list[claims.ClaimedRow]:
         """Lease up to `limit` due rows of `queue` to `lock_id` until `lease_until`, while
-        their answer fits in `max_bytes` (lease_sql.answer_length); each with its payload, or
-        None where it was too large to read here (see claimed_payloads)."""
-        return await lease_sql.claim_select_then_update(
-            connection, self.claim_candidates, parameters
-        )
+        their answer fits in `max_bytes` (claims.answer_length); each with its payload, or
+        None where it was too large to read here (see leases' claimed_payloads)."""
+        return await claims.claim_select_then_update(connection, self.statements.leases, parameters)
 
-    def recorded_delete(self, removal: sql.Removal) -> Insert | None:
+    def recorded_delete(self, removal: Removal) -> Insert | None:
         """One statement that records `removal`'s rows in the history and deletes them, or
         None: then the store runs its INSERT and its DELETE in one transaction."""
         return None
 
     async def remove_recorded(
-        self, connection: Connection, removal: sql.Removal, parameters: dict
+        self, connection: Connection, removal: Removal, parameters: dict
     ) -> int:
         """Record `removal`'s rows in the history and delete them, in the caller's
         transaction (when `recorded_delete` gave no single statement); how many.
@@ -307,7 +279,7 @@ class Dialect:
         return (await connection.execute(removal.delete, parameters)).rowcount
 
     async def removed_keys(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> list[str]:
         """Remove what `removal` matches (at most the 1000 keys it names, one row each), in
         the caller's transaction, recording it in the history when `record`; the keys
@@ -316,7 +288,7 @@ class Dialect:
         Here the keys are read, then the rows removed: right where writers are
         serialized (SQLite). A database where another transaction can change the rows
         between the two must remove and read in one statement."""
-        keys = list((await connection.execute(_keys_of(removal), parameters)).scalars())
+        keys = list((await connection.execute(removal.keys, parameters)).scalars())
         if record:
             await self.remove_recorded(connection, removal, parameters)
         else:
@@ -327,11 +299,20 @@ class Dialect:
         self, connection: Connection, parameters: dict, due: dict[int, int]
     ) -> None:
         """Release the rows `due` maps (id → due time; locked and read in this transaction)
-        that the lock ("queue", "lock_id") holds, each due at its time."""
-        await lease_sql.release_due(connection, self.keyed_locks.release_rows, parameters, due)
+        that the lock ("queue", "lock_id") holds, each due at its time.
+
+        Here with leases' keyed_locks.release_rows, one statement per distinct due time:
+        one for a release with a fixed delay, one per delivery count for a policy
+        without jitter."""
+        by_time: dict[int, list[int]] = {}
+        for row_id, at in due.items():
+            by_time.setdefault(at, []).append(row_id)
+        release_rows = self.statements.leases.keyed_locks.release_rows
+        for at, ids in by_time.items():
+            await connection.execute(release_rows, {**parameters, "at": at, "ids": ids})
 
     async def remove_in_pages(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> int:
         """Remove every row `removal` matches, however many (a purge), in the caller's
         transaction, recording them in the history when `record`; how many.
@@ -346,7 +327,7 @@ class Dialect:
         """Raise PayloadTooLarge for a stored payload the database cannot take."""
 
     def payload_digest(self, payload: bytes) -> bytes | str:
-        """What stored_offers' "digest" holds for a row storing `payload`: here the
+        """What messages' stored_offers' "digest" holds for a row storing `payload`: here the
         payload itself."""
         return payload
 

@@ -1,4 +1,5 @@
-"""MariaDB (10.6+), through mysqlclient: what differs from the generic statements.
+"""MariaDB (10.6+), through mysqlclient: what differs from the generic statements (its
+variants of the rooms' statements in STATEMENTS, and how they run).
 
 - Writes that skip existing keys are `INSERT IGNORE … RETURNING`. IGNORE would
   also turn other errors (a value too long, a NULL) into warnings and write a
@@ -20,16 +21,25 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Select, Table, bindparam, delete, event, func, select
+from sqlalchemy import Select, bindparam, delete, event, func, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.dml import Insert, ReturningDelete
+from sqlalchemy.sql.dml import ReturningDelete
 
 from app.domain.errors import PayloadTooLarge
-from app.storage import lease_sql, sql
 from app.storage.connection import Connection
 from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, first_line, keep_alive
+from app.storage.statements import Variants, leases, resolved
+from app.storage.statements.common import (
+    HISTORY_COLUMNS,
+    HISTORY_SOURCE,
+    Removal,
+    columns,
+    keys_in_queue,
+)
+from app.storage.statements.cron import build_entry_runs
+from app.storage.statements.lists import ListReads
 from app.storage.tables import POLL_INDEX, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
@@ -66,6 +76,45 @@ _SESSION = (
 )
 
 
+STATEMENTS: Variants = {
+    "messages": {
+        # INSERT IGNORE, the warnings read after it (the module's docstring).
+        "offer_insert": insert(queue_table).prefix_with("IGNORE").returning(columns.pKey),
+        # The payload's SHA-256 (hex), not the payload: a re-sent key costs 64 bytes of
+        # answer, not up to the payload limit.
+        "stored_offers": keys_in_queue(
+            columns.pKey,
+            func.sha2(columns.payload, 256).label("digest"),
+            columns.scheduledAtInitially,
+            columns.priority,
+        ),
+    },
+    "leases": {
+        # A poll reads the ten ranges of `priority IN (9, …, 0)` of the poll's index, in
+        # its order (no sort), and stops at the LIMIT; named, since the optimizer may
+        # otherwise read the queue through ("pKind", "scheduledAt", "id") and sort every
+        # due row when the ranges look as large as the queue (as lists did: decision 13).
+        "claim_candidates": leases.claim_candidates.with_hint(
+            queue_table, f"FORCE INDEX ({POLL_INDEX})"
+        ),
+    },
+    "cron": {
+        # A cron entry's runs: one range of the unique ("pKey", "pKind") index, as issue
+        # 14 measured. Given "pKind" as it is, the optimizer takes the list index
+        # ("pKind", "pKey") by "pKind" alone (ref, not range: every key of the queue
+        # read), so the other columns it compares are wrapped, which keeps their indexes
+        # out of the plan.
+        "entry_runs": build_entry_runs(unindexed=func.concat),
+    },
+    "lists": {
+        # Lists: cursors written out and indexes named (ListReads): on 1,000,000 messages
+        # a page after a cursor in the middle read 500,000 rows, and a page of scheduled
+        # messages read every ready one first (decision 13).
+        "list_reads": ListReads(expanded=True, forced=True),
+    },
+}
+
+
 class MariaDBInsertError(RuntimeError):
     """INSERT IGNORE skipped something other than an existing key."""
 
@@ -73,35 +122,12 @@ class MariaDBInsertError(RuntimeError):
 class MariaDBDialect(Dialect):
     name = "mariadb"
     read_options: ClassVar[dict[str, Any]] = {}
-    # The payload's SHA-256 (hex), not the payload: a re-sent key costs 64 bytes of
-    # answer, not up to the payload limit.
-    stored_offers = sql.keys_in_queue(
-        sql.columns.pKey,
-        func.sha2(sql.columns.payload, 256).label("digest"),
-        sql.columns.scheduledAtInitially,
-        sql.columns.priority,
-    )
+    statements = resolved(STATEMENTS)
     # mysqlclient sends statements as text, values escaped: a 200-row INSERT of
     # large payloads must stay below max_allowed_packet (16 MiB by default). Read
     # from the server on each new connection; until then, its default.
     packet_bytes = 16 * 1024 * 1024
     max_statement_bytes = 4 * 1024 * 1024
-    # A cron entry's runs: one range of the unique ("pKey", "pKind") index, as issue 14
-    # measured. Given "pKind" as it is, the optimizer takes the list index ("pKind",
-    # "pKey") by "pKind" alone (ref, not range: every key of the queue read), so the
-    # other columns it compares are wrapped, which keeps their indexes out of the plan.
-    entry_runs = sql.entry_runs(unindexed=func.concat)
-    # A poll reads the ten ranges of `priority IN (9, …, 0)` of the poll's index, in its
-    # order (no sort), and stops at the LIMIT; named, since the optimizer may otherwise
-    # read the queue through ("pKind", "scheduledAt", "id") and sort every due row
-    # when the ranges look as large as the queue (as lists did: decision 13).
-    claim_candidates = lease_sql.claim_candidates.with_hint(
-        queue_table, f"FORCE INDEX ({POLL_INDEX})"
-    )
-    # Lists: cursors written out and indexes named (sql.ListReads): on 1,000,000 messages
-    # a page after a cursor in the middle read 500,000 rows, and a page of scheduled
-    # messages read every ready one first (decision 13).
-    list_reads = sql.ListReads(expanded=True, forced=True)
 
     def check_payload(self, payload: bytes) -> None:
         # One row escaped (up to twice its bytes) with its other values must fit in
@@ -178,11 +204,8 @@ class MariaDBDialect(Dialect):
                 _level, code, message = other[0] if other else ("", "?", "unlisted warnings")
                 raise MariaDBInsertError(f"INSERT IGNORE would have hidden {code}: {message}")
 
-    def insert_ignoring_duplicates(self, table: Table) -> Insert:
-        return insert(table).prefix_with("IGNORE")
-
     async def remove_recorded(
-        self, connection: Connection, removal: sql.Removal, parameters: dict
+        self, connection: Connection, removal: Removal, parameters: dict
     ) -> int:
         # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
         # COMMITTED an INSERT … SELECT first would read without locking, and a row
@@ -194,7 +217,7 @@ class MariaDBDialect(Dialect):
         return await self._remove_paged(connection, removal, parameters, record=True)
 
     async def removed_keys(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> list[str]:
         # DELETE … RETURNING, then the history rows of exactly what it deleted (as in
         # remove_recorded): reading the keys first would not lock them at READ COMMITTED.
@@ -205,14 +228,14 @@ class MariaDBDialect(Dialect):
         return [row.pKey for row in gone]
 
     async def remove_in_pages(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> int:
         # Without the history too: a DELETE of a whole queue could outlast the
         # statement bound (max_statement_time).
         return await self._remove_paged(connection, removal, parameters, record=record)
 
     async def _remove_paged(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> int:
         gone = (await connection.execute(self._deleting(removal), parameters)).all()
         if record:
@@ -238,7 +261,7 @@ class MariaDBDialect(Dialect):
             after = ids[-1]
 
     async def _remove_in_key_pages(
-        self, connection: Connection, removal: sql.Removal, parameters: dict
+        self, connection: Connection, removal: Removal, parameters: dict
     ) -> int:
         """The rest of a removal whose rows are one range of keys (a cron entry's runs), in
         pages of that range: paged by id, the optimizer at times read the whole table in
@@ -264,20 +287,20 @@ class MariaDBDialect(Dialect):
         if gone:
             finish = (parameters["outcome"], parameters["now"])
             await connection.execute(
-                insert(delivery_history),
-                [dict(zip(sql.HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
+                _RECORD,
+                [dict(zip(HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
             )
 
     @staticmethod
     @cache
-    def _deleting(removal: sql.Removal) -> ReturningDelete[Any]:
+    def _deleting(removal: Removal) -> ReturningDelete[Any]:
         return removal.delete.with_dialect_options(
             mysql_limit=_REMOVAL_BATCH, mariadb_limit=_REMOVAL_BATCH
-        ).returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        ).returning(*(columns[name] for name in HISTORY_SOURCE))
 
     @staticmethod
     @cache
-    def _page(removal: sql.Removal) -> Select:
+    def _page(removal: Removal) -> Select:
         """The next ids `removal` matches, in order, locked.
 
         Read along the primary key from where the last page ended, whatever the
@@ -285,41 +308,41 @@ class MariaDBDialect(Dialect):
         and sorted what was left of the queue for every page (up to 0.9 s a page for
         300,000 rows, more with more), where the statement bound allows 10 s."""
         return (
-            select(sql.columns.id)
+            select(columns.id)
             .with_hint(queue_table, "FORCE INDEX (PRIMARY)")
             .where(
                 removal.where,
-                sql.columns.id > bindparam("after"),
-                sql.columns.id <= bindparam("last"),
+                columns.id > bindparam("after"),
+                columns.id <= bindparam("last"),
             )
-            .order_by(sql.columns.id)
+            .order_by(columns.id)
             .limit(_REMOVAL_BATCH)
             .with_for_update()
         )
 
     @staticmethod
     @cache
-    def _key_page(removal: sql.Removal) -> Select:
+    def _key_page(removal: Removal) -> Select:
         """The next ids and keys `removal` matches, in key order, locked."""
         return (
-            select(sql.columns.id, sql.columns.pKey)
+            select(columns.id, columns.pKey)
             .where(removal.where)
-            .order_by(sql.columns.pKey)
+            .order_by(columns.pKey)
             .limit(_REMOVAL_BATCH)
             .with_for_update()
         )
 
     @staticmethod
     @cache
-    def _deleting_ids(removal: sql.Removal) -> ReturningDelete[Any]:
+    def _deleting_ids(removal: Removal) -> ReturningDelete[Any]:
         """Deleting the rows of a page by id alone: the page's SELECT matched them and
         locks them until the transaction ends, so no other condition is needed, and
         one would let the optimizer read the queue by "pKind" (ref) instead of the ids
         by the primary key, at times (1-4 s a page of 1,000, past the statement bound)."""
         return (
             delete(queue_table)
-            .where(sql.columns.id.in_(bindparam("ids", expanding=True)))
-            .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+            .where(columns.id.in_(bindparam("ids", expanding=True)))
+            .returning(*(columns[name] for name in HISTORY_SOURCE))
         )
 
     def is_unique_violation(self, error: BaseException) -> bool:
@@ -349,7 +372,9 @@ class MariaDBDialect(Dialect):
 
 
 # The greatest id there is (a removal in pages goes no further).
-_LAST_ID = select(func.max(sql.columns.id))
+_LAST_ID = select(func.max(columns.id))
+# The history rows of what a removal deleted, from the rows it returned (executemany).
+_RECORD = insert(delivery_history)
 
 
 def _code(error: BaseException | None) -> int | None:

@@ -1,4 +1,6 @@
-"""PostgreSQL: ON CONFLICT DO NOTHING, and the poll as one UPDATE … FROM … RETURNING."""
+"""PostgreSQL: ON CONFLICT DO NOTHING, the poll as one UPDATE … FROM … RETURNING, lists
+bound as arrays (the direct path has no expanding IN): its variants of the rooms'
+statements (STATEMENTS), its own statements beside them, and how they run."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Finish, Offer
-from app.storage import lease_sql, sql
+from app.storage import claims
 from app.storage.connection import Connection
 from app.storage.dialects.base import (
     CONNECT_TIMEOUT_SECONDS,
@@ -61,21 +63,32 @@ from app.storage.dialects.base import (
 )
 from app.storage.dialects.postgresql_direct import DirectConnection, DirectPool
 from app.storage.dialects.postgresql_peers import PostgresPeers
+from app.storage.statements import Variants, leases, resolved
+from app.storage.statements.common import (
+    HISTORY_COLUMNS,
+    HISTORY_SOURCE,
+    Removal,
+    by_lock,
+    columns,
+    history_values,
+    in_queue,
+    is_due,
+)
+from app.storage.statements.cron import build_entry_runs
+from app.storage.statements.leases import build_keyed_locks
+from app.storage.statements.lists import KeyOrder
 from app.storage.tables import cron_run_keys_index, delivery_history
 from app.storage.tables import delayed_queue as queue_table
 
-# The message columns a removal records in the history (sql.history_values).
-
-
 # One round trip: lock the due rows (skipping those other polls hold), keep those whose
-# answer fits (lease_sql.answer_length, as running sums oldest first), lease them, and
+# answer fits (claims.answer_length, as running sums oldest first), lease them, and
 # return each row with its scheduledAt from *before* the lease, which tells a
 # redelivery from a first delivery per message. Rows past the answer's bound are
 # locked only while the statement runs: never leased, nor counted. A payload comes
-# back inline while the payloads up to it fit in lease_sql.PAYLOAD_READ_BYTES (every poll
-# of small messages); the store reads the rest after it (lease_sql.read_payloads).
+# back inline while the payloads up to it fit in leases.PAYLOAD_READ_BYTES (every poll
+# of small messages); the store reads the rest after it (claims.read_payloads).
 #
-# The rows come in lease_sql.CLAIM_ORDER (highest priority, earliest due, lowest id),
+# The rows come in leases.CLAIM_ORDER (highest priority, earliest due, lowest id),
 # one range of the poll's index per priority: the VALUES list holds the priorities,
 # highest first, and a LATERAL subquery locks each one's due rows in due order. A
 # LATERAL subquery can only be the inner side of a nested loop over the list, and
@@ -91,17 +104,17 @@ _PRIORITIES = values(column("priority", SmallInteger), name="priorities", litera
 )
 _PRIORITY_CANDIDATES = (
     select(
-        sql.columns.id,
-        sql.columns.priority,
-        sql.columns.scheduledAt.label("previous_scheduled_at"),
-        sql.columns.lockUuid.label("previous_lock_id"),
-        sql.columns.deliveries.label("previous_deliveries"),
-        sql.columns.firstDeliveredAt.label("previous_first_delivered_at"),
-        sql.columns.lastDeliveredAt.label("previous_last_delivered_at"),
-        func.length(sql.columns.payload).label("payload_bytes"),
+        columns.id,
+        columns.priority,
+        columns.scheduledAt.label("previous_scheduled_at"),
+        columns.lockUuid.label("previous_lock_id"),
+        columns.deliveries.label("previous_deliveries"),
+        columns.firstDeliveredAt.label("previous_first_delivered_at"),
+        columns.lastDeliveredAt.label("previous_last_delivered_at"),
+        func.length(columns.payload).label("payload_bytes"),
     )
-    .where(sql.in_queue, sql.columns.priority == _PRIORITIES.c.priority, sql.is_due)
-    .order_by(sql.columns.scheduledAt, sql.columns.id)
+    .where(in_queue, columns.priority == _PRIORITIES.c.priority, is_due)
+    .order_by(columns.scheduledAt, columns.id)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
     .lateral("candidates")
@@ -118,7 +131,7 @@ def _claim(limited: bool, many: bool) -> Update:
     picked, payloads_bytes, conditions = locked, locked.c.payload_bytes, []
     # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
     if many:
-        # lease_sql.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
+        # claims.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
         size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
         if limited:
             size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
@@ -139,27 +152,25 @@ def _claim(limited: bool, many: bool) -> Update:
             (picked.c.answer_bytes <= bindparam("max_bytes", type_=BigInteger))
             | (picked.c.answer_bytes == picked.c.size)
         )
-    statement = update(queue_table).where(sql.columns.id == picked.c.id, *conditions)
+    statement = update(queue_table).where(columns.id == picked.c.id, *conditions)
     if limited:
-        statement = statement.ordered_values(*lease_sql.claim_values_limited)
+        statement = statement.ordered_values(*leases.claim_values_limited)
     else:
-        statement = statement.values(lease_sql.claim_values)
+        statement = statement.values(leases.claim_values)
     return statement.returning(
-        sql.columns.id,
-        sql.columns.pKey,
-        case((payloads_bytes <= lease_sql.PAYLOAD_READ_BYTES, sql.columns.payload)).label(
-            "payload"
-        ),
+        columns.id,
+        columns.pKey,
+        case((payloads_bytes <= leases.PAYLOAD_READ_BYTES, columns.payload)).label("payload"),
         picked.c.payload_bytes,
         picked.c.previous_scheduled_at,
-        sql.columns.scheduledAtInitially,
-        sql.columns.createdAt,
+        columns.scheduledAtInitially,
+        columns.createdAt,
         picked.c.previous_lock_id,
         picked.c.previous_deliveries,
         picked.c.previous_first_delivered_at,
         picked.c.previous_last_delivered_at,
-        sql.columns.deadLetteredFrom,
-        sql.columns.priority,
+        columns.deadLetteredFrom,
+        columns.priority,
     )
 
 
@@ -219,7 +230,7 @@ def _insert_new_keys(
             rows,
         )
         .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-        .returning(sql.columns.pKey)
+        .returning(columns.pKey)
     )
 
 
@@ -300,35 +311,35 @@ _close_cursor = text(f"CLOSE {_REMOVAL_CURSOR}")
 
 
 @cache
-def _removal_cursor(removal: sql.Removal) -> _DeclareCursor:
+def _removal_cursor(removal: Removal) -> _DeclareCursor:
     """The ids `removal` matches as its transaction begins to remove them, read on through
     a cursor, never again from the start: whatever the plan, and fresh statistics or not,
     no page sorts or scans again what the pages before it read."""
-    return _DeclareCursor(_REMOVAL_CURSOR, select(sql.columns.id).where(removal.where))
+    return _DeclareCursor(_REMOVAL_CURSOR, select(columns.id).where(removal.where))
 
 
 @cache
-def _removal_page(removal: sql.Removal, record: bool) -> Select:
+def _removal_page(removal: Removal, record: bool) -> Select:
     """Delete the rows of one page of ids (an array, "ids") that `removal` still matches,
     recording them in the history when `record`, in one statement; how many."""
     gone = (
         delete(queue_table)
-        .where(sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))))
+        .where(columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))))
         .where(removal.where)
-        .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        .returning(*(columns[name] for name in HISTORY_SOURCE))
         .cte("gone")
     )
     statement = select(func.count()).select_from(gone)
     if record:
         recorded = insert_into(delivery_history).from_select(
-            sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c))
+            HISTORY_COLUMNS, select(*history_values(gone.c))
         )
         statement = statement.add_cte(recorded.cte("recorded"))
     return statement
 
 
 def _keys_in_queue(**selected: Any) -> Select:
-    """sql.keys_in_queue for PostgreSQL: "pKey" and the expressions `selected` (by
+    """common.keys_in_queue for PostgreSQL: "pKey" and the expressions `selected` (by
     label) of the rows of one queue under the keys bound as one array ("keys").
 
     One statement text whatever the number of keys, so neither SQLAlchemy nor
@@ -344,8 +355,8 @@ def _keys_in_queue(**selected: Any) -> Select:
         .render_derived()
     )
     stored = (
-        select(sql.columns.id, *(value.label(label) for label, value in selected.items()))
-        .where(sql.columns.pKey == keys.c.key, sql.columns.pKind == bindparam("queue"))
+        select(columns.id, *(value.label(label) for label, value in selected.items()))
+        .where(columns.pKey == keys.c.key, columns.pKind == bindparam("queue"))
         .limit(1)
         .lateral("stored")
     )
@@ -360,23 +371,23 @@ def _any_of(column: Any, name: str) -> Any:
     return column == func.any(bindparam(name, type_=ARRAY(column.type)))
 
 
-_keyed_locks = lease_sql.keyed_locks(listed=_any_of)
+_keyed_locks = build_keyed_locks(listed=_any_of)
 
 
 @cache
-def _removed_keys(removal: sql.Removal, record: bool) -> Select | ReturningDelete:
+def _removed_keys(removal: Removal, record: bool) -> Select | ReturningDelete:
     """Delete what `removal` matches, recording it in the history when `record`, in one
     statement that returns the keys deleted: nothing can change the rows between."""
     if not record:
-        return removal.delete.returning(sql.columns.pKey)
+        return removal.delete.returning(columns.pKey)
     gone = (
         delete(queue_table)
         .where(removal.where)
-        .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+        .returning(*(columns[name] for name in HISTORY_SOURCE))
         .cte("gone")
     )
     recorded = insert_into(delivery_history).from_select(
-        sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c))
+        HISTORY_COLUMNS, select(*history_values(gone.c))
     )
     return select(gone.c.pKey).add_cte(recorded.cte("recorded"))
 
@@ -392,7 +403,7 @@ _due = (
 )
 _release_due = (
     update(queue_table)
-    .where(sql.columns.id == _due.c.id, sql.by_lock)
+    .where(columns.id == _due.c.id, by_lock)
     .values(scheduledAt=_due.c.at, lockUuid=null())
 )
 
@@ -440,7 +451,7 @@ _insert_offers = (
         ).order_by(_offers.c.position),
     )
     .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-    .returning(sql.columns.pKind, sql.columns.pKey)
+    .returning(columns.pKind, columns.pKey)
 )
 _locks = (
     func.unnest(
@@ -468,23 +479,23 @@ def _acknowledging(keyed: bool, record: bool) -> Select:
     history as acknowledged, at each caller's own time, when `record`; the rows deleted
     (queue, lock, key)."""
     held = _lock_keys if keyed else _locks
-    matching = [sql.columns.pKind == held.c.queue, sql.columns.lockUuid == held.c.lock_id]
+    matching = [columns.pKind == held.c.queue, columns.lockUuid == held.c.lock_id]
     if keyed:
-        matching.append(sql.columns.pKey == held.c.key)
+        matching.append(columns.pKey == held.c.key)
     gone = (
         delete(queue_table)
         .where(*matching)
         .returning(
-            *(sql.columns[name] for name in sql.HISTORY_SOURCE),
-            sql.columns.lockUuid,
+            *(columns[name] for name in HISTORY_SOURCE),
+            columns.lockUuid,
             held.c.now.label("finished_at"),
         )
         .cte("gone")
     )
     statement = select(gone.c.pKind, gone.c.lockUuid, gone.c.pKey)
     if record:
-        values = sql.history_values(gone.c)[:-1] + (gone.c.finished_at,)
-        recorded = insert_into(delivery_history).from_select(sql.HISTORY_COLUMNS, select(*values))
+        values = history_values(gone.c)[:-1] + (gone.c.finished_at,)
+        recorded = insert_into(delivery_history).from_select(HISTORY_COLUMNS, select(*values))
         statement = statement.add_cte(recorded.cte("recorded"))
     return statement
 
@@ -499,17 +510,17 @@ _ACKNOWLEDGING = {
 }
 _release_locks = (
     update(queue_table)
-    .where(sql.columns.pKind == _locks.c.queue, sql.columns.lockUuid == _locks.c.lock_id)
+    .where(columns.pKind == _locks.c.queue, columns.lockUuid == _locks.c.lock_id)
     .values(
-        # As lease_sql.lock_release: a released message must read as a redelivery.
+        # As the leases room's lock_release: a released message must read as a redelivery.
         scheduledAt=case(
-            (sql.columns.scheduledAtInitially == _locks.c.now, _locks.c.now - 1),
+            (columns.scheduledAtInitially == _locks.c.now, _locks.c.now - 1),
             else_=_locks.c.now,
         ),
         lockUuid=null(),
     )
     # The lock each row was released from (its column is null now).
-    .returning(sql.columns.pKind, _locks.c.lock_id.label("lockUuid"))
+    .returning(columns.pKind, _locks.c.lock_id.label("lockUuid"))
 )
 
 
@@ -536,48 +547,72 @@ _UNIQUE_VIOLATION = "23505"
 # keys compared by its operator class's byte-wise operators (~<~, ~>~), and its
 # condition stated word for word, since the planner uses a partial index only for a
 # query that states its condition.
-_entry_runs = sql.entry_runs(
-    after=sql.columns.pKey.op("~>~", is_comparison=True),
-    before=sql.columns.pKey.op("~<~", is_comparison=True),
+_entry_runs = build_entry_runs(
+    after=columns.pKey.op("~>~", is_comparison=True),
+    before=columns.pKey.op("~<~", is_comparison=True),
     also=[cron_run_keys_index.dialect_options["postgresql"]["where"]],
 )
+
+# The ids as one array: the direct path has no expanding IN.
+_ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+
+STATEMENTS: Variants = {
+    "messages": {
+        # The INSERT that skips taken keys, and fails on any other error. A batch's
+        # rows go in by _insert_rows instead (insert_many).
+        "offer_insert": insert(queue_table)
+        .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+        .returning(columns.pKey),
+        # The payload's SHA-256, not the payload: a re-sent key costs 32 bytes of answer,
+        # not up to the payload limit.
+        "stored_offers": _keys_in_queue(
+            digest=func.sha256(columns.payload),
+            scheduledAtInitially=columns.scheduledAtInitially,
+            priority=columns.priority,
+        ),
+    },
+    "leases": {
+        # The poll as one UPDATE … FROM … RETURNING, by (a delivery limit, more than one
+        # message): _claim, above.
+        "claims": _CLAIMS,
+        # The claim in one statement (claims) leaves nothing to select, then update: these
+        # never run here (their expanding IN could not, on the direct path).
+        "claim_candidates": None,
+        "claim_update": None,
+        "claim_update_limited": None,
+        "claimed_payloads": select(columns.id, columns.payload).where(
+            _ids, columns.lockUuid == bindparam("lock_id")
+        ),
+        # Keys as one array, each looked up on its own (_keys_in_queue).
+        "existing_keys": _keys_in_queue(),
+        # Keys and ids as arrays (_any_of).
+        "keyed_locks": _keyed_locks,
+    },
+    "cron": {"entry_runs": _entry_runs},
+    "lists": {
+        "payloads_by_id": select(columns.id, columns.payload).where(_ids, in_queue),
+        # Byte order whatever the database's collation: the operators of
+        # varchar_pattern_ops, the operator class of the index that leads to it
+        # (revision 0006).
+        "keys_by_bytes": KeyOrder(
+            after=columns.pKey.op("~>~", is_comparison=True),
+            at_or_after=columns.pKey.op("~>=~", is_comparison=True),
+            before=columns.pKey.op("~<~", is_comparison=True),
+            ascending=literal_column('"pKey" USING ~<~'),
+        ),
+    },
+}
 
 
 class PostgreSQLDialect(Dialect):
     name = "postgresql"
-    entry_runs = _entry_runs
-    keyed_locks = _keyed_locks
+    statements = resolved(STATEMENTS)
     removes_keys_in_one_statement = True
     shares_one_statement = True
     single_statement_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     claims_in_one_statement = True
     bulk_rows = BULK_ROWS
-    existing_keys = _keys_in_queue()
-    # The payload's SHA-256, not the payload: a re-sent key costs 32 bytes of answer,
-    # not up to the payload limit.
-    stored_offers = _keys_in_queue(
-        digest=func.sha256(sql.columns.payload),
-        scheduledAtInitially=sql.columns.scheduledAtInitially,
-        priority=sql.columns.priority,
-    )
-    # The ids as one array: the direct path has no expanding IN.
-    claimed_payloads = select(sql.columns.id, sql.columns.payload).where(
-        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))),
-        sql.columns.lockUuid == bindparam("lock_id"),
-    )
-
-    payloads_by_id = select(sql.columns.id, sql.columns.payload).where(
-        sql.columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger))), sql.in_queue
-    )
-    # Byte order whatever the database's collation: the operators of varchar_pattern_ops,
-    # the operator class of the index that leads to it (revision 0006).
-    keys_by_bytes = sql.KeyOrder(
-        after=sql.columns.pKey.op("~>~", is_comparison=True),
-        at_or_after=sql.columns.pKey.op("~>=~", is_comparison=True),
-        before=sql.columns.pKey.op("~<~", is_comparison=True),
-        ascending=literal_column('"pKey" USING ~<~'),
-    )
 
     def payload_digest(self, payload: bytes) -> bytes:
         return hashlib.sha256(payload).digest()
@@ -626,9 +661,6 @@ class PostgreSQLDialect(Dialect):
     def peers(self, url: str, woken: Callable[[str | None], None], events: PeerEvents) -> PeerLink:
         """LISTEN/NOTIFY on connections of their own, opened as the pool's are (decision 19)."""
         return PostgresPeers(self.connect_arguments(url), woken, events)
-
-    def insert_ignoring_duplicates(self, table: Table) -> Insert:
-        return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
 
     async def insert_many(
         self, connection: Connection, insert_one: Insert, rows: list[dict[str, Any]]
@@ -713,10 +745,11 @@ class PostgreSQLDialect(Dialect):
         inserted = await connection.execute(_insert_staged, {"queue": queue, "now": now})
         return inserted.scalars().all()
 
-    async def claim(self, connection: Connection, parameters: dict) -> list[lease_sql.ClaimedRow]:
-        statement = _CLAIMS["max_deliveries" in parameters, parameters["limit"] > 1]
+    async def claim(self, connection: Connection, parameters: dict) -> list[claims.ClaimedRow]:
+        claim = self.statements.leases.claims
+        statement = claim["max_deliveries" in parameters, parameters["limit"] > 1]
         return [
-            lease_sql.ClaimedRow(
+            claims.ClaimedRow(
                 id=row.id,
                 key=row.pKey,
                 payload=row.payload,
@@ -734,24 +767,24 @@ class PostgreSQLDialect(Dialect):
             for row in await connection.execute(statement, parameters)
         ]
 
-    def recorded_delete(self, removal: sql.Removal) -> Insert:
+    def recorded_delete(self, removal: Removal) -> Insert:
         # One statement, so nothing can change the rows between recording and deleting:
         # WITH gone AS (DELETE … RETURNING …) INSERT INTO delivery_history SELECT … FROM gone.
         gone = (
             delete(queue_table)
             .where(removal.where)
-            .returning(*(sql.columns[name] for name in sql.HISTORY_SOURCE))
+            .returning(*(columns[name] for name in HISTORY_SOURCE))
             .cte("gone")
         )
         return (
             insert_into(delivery_history)
-            .from_select(sql.HISTORY_COLUMNS, select(*sql.history_values(gone.c)))
+            .from_select(HISTORY_COLUMNS, select(*history_values(gone.c)))
             # SQLAlchemy keeps an INSERT's row count only when asked to.
             .execution_options(preserve_rowcount=True)
         )
 
     async def removed_keys(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> list[str]:
         removed = await connection.execute(_removed_keys(removal, record), parameters)
         return list(removed.scalars())
@@ -766,7 +799,7 @@ class PostgreSQLDialect(Dialect):
             )
 
     async def remove_in_pages(
-        self, connection: Connection, removal: sql.Removal, parameters: dict, *, record: bool
+        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> int:
         # Rows offered meanwhile are not among the cursor's: they stay.
         await connection.execute(_removal_cursor(removal), parameters)

@@ -1,19 +1,23 @@
-"""SQLite: no row locks, so every write transaction starts with BEGIN IMMEDIATE."""
+"""SQLite: no row locks, so every write transaction starts with BEGIN IMMEDIATE; its
+variants of the rooms' statements (STATEMENTS)."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any, ClassVar
 
-from sqlalchemy import Table, event
+from sqlalchemy import event
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
-from app.storage import sql
 from app.storage.dialects.base import Dialect
+from app.storage.statements import Variants, resolved
+from app.storage.statements.common import columns
+from app.storage.statements.cron import build_entry_runs
+from app.storage.statements.lists import ListReads
+from app.storage.tables import delayed_queue as queue_table
 
 # Primary result codes that mean "cannot serve now", not "this SQL is wrong":
 # BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB.
@@ -23,23 +27,38 @@ _UNIQUE_CODES = {2067, 1555}
 _BUSY = 5
 
 
-# A cron entry's runs: SQLite compares keys byte by byte (BINARY), so they are a range
-# of the unique (pKey, pKind) index. Without statistics (no ANALYZE) the planner would
-# rather read the whole queue through its (pKind, scheduledAt) index, or every message
-# no worker holds through (lockUuid, id): a unary + on those columns keeps their
-# indexes out (SQLite's documented way to disqualify a term).
-_entry_runs = sql.entry_runs(
-    unindexed=lambda column: UnaryExpression(column, operator=custom_op("+"), type_=column.type)
-)
+STATEMENTS: Variants = {
+    "messages": {
+        # The INSERT that skips taken keys, and fails on any other error.
+        "offer_insert": insert(queue_table)
+        .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
+        .returning(columns.pKey),
+    },
+    "cron": {
+        # A cron entry's runs: SQLite compares keys byte by byte (BINARY), so they are a
+        # range of the unique (pKey, pKind) index. Without statistics (no ANALYZE) the
+        # planner would rather read the whole queue through its (pKind, scheduledAt)
+        # index, or every message no worker holds through (lockUuid, id): a unary + on
+        # those columns keeps their indexes out (SQLite's documented way to disqualify a
+        # term).
+        "entry_runs": build_entry_runs(
+            unindexed=lambda column: UnaryExpression(
+                column, operator=custom_op("+"), type_=column.type
+            )
+        ),
+    },
+    "lists": {
+        # Lists: a page after a cursor read as two ranges (ListReads.split): a row
+        # comparison is sought by its first column only, and a page from the middle of
+        # 200,000 messages due in one millisecond read 150,000 of them first (decision 13).
+        "list_reads": ListReads(split=True),
+    },
+}
 
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
-    entry_runs = _entry_runs
-    # Lists: a page after a cursor read as two ranges (sql.ListReads): a row comparison
-    # is sought by its first column only, and a page from the middle of 200,000
-    # messages due in one millisecond read 150,000 of them first (decision 13).
-    list_reads = sql.ListReads(split=True)
+    statements = resolved(STATEMENTS)
     read_options: ClassVar[dict[str, Any]] = {"sqlite_read_only": True}
 
     def engine_options(self) -> dict[str, Any]:
@@ -65,9 +84,6 @@ class SQLiteDialect(Dialect):
             # other writer in between. Readers in WAL mode block nobody.
             read_only = connection.get_execution_options().get("sqlite_read_only", False)
             connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
-
-    def insert_ignoring_duplicates(self, table: Table) -> Insert:
-        return insert(table).on_conflict_do_nothing(index_elements=["pKey", "pKind"])
 
     def is_unique_violation(self, error: BaseException) -> bool:
         return getattr(error, "sqlite_errorcode", None) in _UNIQUE_CODES

@@ -1,14 +1,14 @@
-"""The statements of leases: a poll's claim (and its row type), the dead letters it
-holds back, redrive, and acknowledge, extend and release by lock id (all that a lock
-holds, or some of its keys).
+"""The statements of leases: a poll's claim, the dead letters it holds back, redrive, and
+acknowledge, extend and release by lock id (all that a lock holds, or some of its keys).
 
-Built once as Core objects with bound parameters, like app/storage/sql.py, whose
-columns and conditions they share; a dialect replaces only the clause it must.
+Built once as Core objects with bound parameters; a dialect's variant of one is in its
+module (app/storage/dialects/<db>.py) under the same name. What a claim returns and how
+it runs without RETURNING is app/storage/claims.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +26,44 @@ from sqlalchemy import (
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES
-from app.storage import sql
-from app.storage.connection import Connection
-from app.storage.sql import Removal, columns, removal
+from app.domain.messages import PRIORITIES
+from app.storage.statements.common import (
+    Removal,
+    by_key,
+    by_lock,
+    columns,
+    in_queue,
+    is_due,
+    keys_in_queue,
+    removal,
+    starting_over,
+)
 from app.storage.tables import delayed_queue as queue_table
+
+__all__ = [
+    "CLAIM_ORDER",
+    "PAYLOAD_READ_BYTES",
+    "claim_candidates",
+    "claim_give_back",
+    "claim_update",
+    "claim_update_limited",
+    "claim_values",
+    "claim_values_limited",
+    "claimed_payloads",
+    "claims",
+    "dead_letter_keys",
+    "dead_letter_move",
+    "dead_letter_record",
+    "existing_keys",
+    "keyed_locks",
+    "lock_acknowledge",
+    "lock_extend",
+    "lock_held_rows",
+    "lock_release",
+    "message_held",
+    "redrive_candidates",
+    "redrive_move",
+]
 
 # Among a queue's due messages a poll takes the highest priority first, then the
 # earliest due, then the lowest id: the order of the poll's index (revision 0009).
@@ -46,7 +79,7 @@ any_priority = columns.priority.in_([literal_column(str(value)) for value in PRI
 # with the length of its payload (length() counts the bytes of a binary value on
 # every database; SQLite 3.40 has no octet_length), and its payload only when it
 # is at most "inline_payload_bytes": a poll takes the rows whose answer fits (see
-# answer_length), and reads the other payloads of those only, after, in results
+# app/storage/claims.py: answer_length), and reads the other payloads of those only, after, in results
 # of about PAYLOAD_READ_BYTES.
 _payload_bytes = func.length(columns.payload)
 claim_candidates = (
@@ -67,7 +100,7 @@ claim_candidates = (
             "payload"
         ),
     )
-    .where(sql.in_queue, any_priority, sql.is_due)
+    .where(in_queue, any_priority, is_due)
     .order_by(*CLAIM_ORDER)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
@@ -113,6 +146,12 @@ _claimed_ids = columns.id.in_(bindparam("ids", expanding=True))
 claim_update = update(queue_table).where(_claimed_ids).values(claim_values)
 claim_update_limited = update(queue_table).where(_claimed_ids).ordered_values(*claim_values_limited)
 
+# The claim as one statement (UPDATE … RETURNING), by (a delivery limit, more than one
+# message), where a dialect has it (PostgreSQL's variant); none here, and a poll selects
+# claim_candidates, then runs claim_update or claim_update_limited on those whose
+# answer fits (app/storage/claims.py: claim_select_then_update).
+claims: Mapping[tuple[bool, bool], Update] = {}
+
 # A poll that cannot answer gives back a row it took, by id ("claimed_id"), while its
 # lock still holds it: every column the claim set as it was (an expired lease still
 # belongs to its holder until a poll takes it, SPEC §2, so its lock comes back too).
@@ -140,11 +179,15 @@ claimed_payloads = select(columns.id, columns.payload).where(
 # PostgreSQL); a larger read made a 16 MiB answer cost 1.18x its size, not 1.10x.
 PAYLOAD_READ_BYTES = 256 * 1024
 
+# Which of these keys exist already (a list bound as "keys"): a dead letter's and a
+# redriven message's key in the queue they go to.
+existing_keys = keys_in_queue(columns.pKey)
+
 # Dead-lettering what a poll held under its second lock id, one key at a time:
 # record it, then move it (key and payload kept) into the dead-letter queue as a
 # new message due now. A key the dead-letter queue holds already is replaced,
 # unless a worker holds that message: then this one waits for the next try.
-_dead_held = (columns.lockUuid == bindparam("dead_lock_id")) & sql.in_queue
+_dead_held = (columns.lockUuid == bindparam("dead_lock_id")) & in_queue
 _dead_held_key = _dead_held & (columns.pKey == bindparam("key"))
 dead_letter_keys = select(columns.pKey).where(_dead_held).with_for_update()
 dead_letter_record = removal(_dead_held_key).record
@@ -154,43 +197,41 @@ dead_letter_move = (
     .values(
         pKind=bindparam("dead_letter_queue"),
         deadLetteredFrom=bindparam("queue"),
-        **sql.starting_over(bindparam("now")),
+        **starting_over(bindparam("now")),
     )
 )
 # Whether a worker holds the message under `key` now (leased, lease not run out).
-message_held = (
-    select(columns.lockUuid.is_not(None) & ~sql.is_due).where(sql.by_key).with_for_update()
-)
+message_held = select(columns.lockUuid.is_not(None) & ~is_due).where(by_key).with_for_update()
 
 # Redrive: a dead-letter queue's messages that no worker holds, oldest row first,
 # then each moved back (to the queue it came from, or another) as a new message due now.
 redrive_candidates = (
     select(columns.id, columns.pKey, columns.deadLetteredFrom)
-    .where(sql.in_queue, columns.lockUuid.is_(None) | sql.is_due, columns.id > bindparam("after"))
+    .where(in_queue, columns.lockUuid.is_(None) | is_due, columns.id > bindparam("after"))
     .order_by(columns.id)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
 )
 redrive_move = (
     update(queue_table)
-    .where(sql.by_key)
+    .where(by_key)
     .values(
         pKind=bindparam("target"),
         deadLetteredFrom=null(),
-        **sql.starting_over(bindparam("now")),
+        **starting_over(bindparam("now")),
     )
 )
 
 # Acknowledge, extend, release: whatever the lock still holds in this queue.
-lock_acknowledge = removal(sql.by_lock)
-lock_extend = update(queue_table).where(sql.by_lock).values(scheduledAt=bindparam("until"))
+lock_acknowledge = removal(by_lock)
+lock_extend = update(queue_table).where(by_lock).values(scheduledAt=bindparam("until"))
 # A released message must come back as a redelivery, and redelivery is read as
 # scheduledAt != scheduledAtInitially. They can only match when released with no
 # delay in the very millisecond it first came due: then make it due 1 ms earlier,
 # which changes nothing for a message that is due now anyway.
 lock_release = (
     update(queue_table)
-    .where(sql.by_lock)
+    .where(by_lock)
     .values(
         scheduledAt=case(
             (columns.scheduledAtInitially == bindparam("at"), bindparam("at") - 1),
@@ -206,7 +247,7 @@ lock_release = (
 _held_rows = select(
     columns.id, columns.pKey, columns.deliveries, columns.scheduledAtInitially
 ).order_by(columns.id)  # locked in id order, as every such release locks them
-lock_held_rows = _held_rows.where(sql.by_lock).with_for_update()
+lock_held_rows = _held_rows.where(by_lock).with_for_update()
 
 
 def listed(column: Any, name: str) -> Any:
@@ -231,135 +272,19 @@ class KeyedLocks:
     release_rows: Update
 
 
-def keyed_locks(listed: Callable[[Any, str], Any] = listed) -> KeyedLocks:
+def build_keyed_locks(listed: Callable[[Any, str], Any] = listed) -> KeyedLocks:
     """KeyedLocks whose lists are bound by `listed` (a dialect without expanding IN binds
     an array)."""
-    of_keys = sql.by_lock & listed(columns.pKey, "keys")
+    of_keys = by_lock & listed(columns.pKey, "keys")
     return KeyedLocks(
         acknowledge=removal(of_keys),
         held=_held_rows.where(of_keys).with_for_update(),
         release_rows=update(queue_table)
-        .where(listed(columns.id, "ids"), sql.by_lock)
+        .where(listed(columns.id, "ids"), by_lock)
         .values(scheduledAt=bindparam("at"), lockUuid=null()),
     )
 
 
-async def release_due(
-    connection: Connection, statement: Update, parameters: dict, due: dict[int, int]
-) -> None:
-    """Release the rows `due` maps (id → due time) with `statement` (KeyedLocks.release_rows),
-    one statement per distinct due time: one for a release with a fixed delay, one per
-    delivery count for a policy without jitter."""
-    by_time: dict[int, list[int]] = {}
-    for row_id, at in due.items():
-        by_time.setdefault(at, []).append(row_id)
-    for at, ids in by_time.items():
-        await connection.execute(statement, {**parameters, "at": at, "ids": ids})
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedRow:
-    """A row taken by a poll, with what the poll set (`scheduledAt`, the lock and the
-    delivery counts) as it was before.
-
-    `payload` is None until read (see read_payloads); `payload_bytes` is its length."""
-
-    id: int
-    key: str
-    payload: bytes | None
-    payload_bytes: int
-    previous_scheduled_at: int
-    scheduled_at_initially: int
-    created_at: int
-    previous_lock_id: str | None
-    previous_deliveries: int
-    previous_first_delivered_at: int | None
-    previous_last_delivered_at: int | None
-    dead_lettered_from: str | None
-    priority: int
-
-    def delivered(self, max_deliveries: int | None) -> bool:
-        """Whether a poll in a queue with that delivery limit (None: none) delivers this
-        row, rather than holding it to dead-letter."""
-        return max_deliveries is None or self.previous_deliveries < max_deliveries
-
-    def answer_bytes(self, max_deliveries: int | None) -> int:
-        """What the row adds to the answer of a poll in a queue with that delivery limit,
-        at most: its payload and the fields around it, or nothing when it is not delivered."""
-        if not self.delivered(max_deliveries):
-            return 0
-        return self.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
-
-
-def answer_length(sizes: Sequence[int], max_bytes: int) -> int:
-    """How many of the rows of `sizes` (answer bytes each, in CLAIM_ORDER) a poll takes:
-    those whose answer up to and including them fits in `max_bytes`, and the first
-    delivered one always (with any not delivered before it, which count 0). The
-    PostgreSQL dialect says the same in SQL."""
-    running = 0
-    for taken, size in enumerate(sizes):
-        running += size
-        if running > max_bytes and running != size:
-            return taken
-    return len(sizes)
-
-
-async def read_payloads(
-    connection: Connection,
-    statement: Select[Any],
-    sized: Sequence[tuple[int, int]],
-    parameters: dict[str, Any],
-) -> dict[int, bytes]:
-    """The payloads that `statement` (ids bound as "ids", and `parameters`) finds of the rows
-    `sized` lists as (id, payload bytes), by id, read in results of about
-    PAYLOAD_READ_BYTES."""
-    payloads: dict[int, bytes] = {}
-    start = 0
-    while start < len(sized):
-        end, size = start + 1, sized[start][1]
-        while end < len(sized) and size + sized[end][1] <= PAYLOAD_READ_BYTES:
-            size += sized[end][1]
-            end += 1
-        ids = [row_id for row_id, _ in sized[start:end]]
-        found = await connection.execute(statement, {**parameters, "ids": ids})
-        payloads.update((row.id, row.payload) for row in found)
-        start = end
-    return payloads
-
-
-async def claim_select_then_update(
-    connection: Connection, candidates: Select, parameters: dict
-) -> list[ClaimedRow]:
-    """Poll for databases without `UPDATE … RETURNING`, in one transaction: select the
-    candidates (`candidates`: claim_candidates, or a dialect's form of it), then update
-    those whose answer fits. The select reads a candidate's
-    payload when it is small enough that all of them fit in one read's
-    PAYLOAD_READ_BYTES: every poll of small messages makes these two statements (as
-    before the bound), and one cut short reads little for nothing; the store reads
-    the other payloads after."""
-    inline = {"inline_payload_bytes": PAYLOAD_READ_BYTES // parameters["limit"]}
-    rows = [
-        ClaimedRow(
-            id=row.id,
-            key=row.pKey,
-            payload=row.payload,
-            payload_bytes=row.payload_bytes,
-            previous_scheduled_at=row.scheduledAt,
-            scheduled_at_initially=row.scheduledAtInitially,
-            created_at=row.createdAt,
-            previous_lock_id=row.lockUuid,
-            previous_deliveries=row.deliveries,
-            previous_first_delivered_at=row.firstDeliveredAt,
-            previous_last_delivered_at=row.lastDeliveredAt,
-            dead_lettered_from=row.deadLetteredFrom,
-            priority=row.priority,
-        )
-        for row in await connection.execute(candidates, {**parameters, **inline})
-    ]
-    sizes = [row.answer_bytes(parameters.get("max_deliveries")) for row in rows]
-    rows = rows[: answer_length(sizes, parameters["max_bytes"])]
-    if not rows:
-        return []
-    update = claim_update_limited if "max_deliveries" in parameters else claim_update
-    await connection.execute(update, {**parameters, "ids": [row.id for row in rows]})
-    return rows
+# Some keys of what one lock holds: per-key acknowledge and release (an expanding IN
+# here; PostgreSQL's direct path binds arrays instead, its variant).
+keyed_locks = build_keyed_locks()

@@ -1,0 +1,46 @@
+"""The statements of queue settings: one row per queue that has settings of its own.
+
+Built once as Core objects with bound parameters; a dialect's variant of one is in its
+module (app/storage/dialects/<db>.py) under the same name.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, insert, select, update
+
+from app.storage.tables import queue_settings
+
+__all__ = [
+    "settings_insert",
+    "settings_pushing",
+    "settings_queues",
+    "settings_select",
+    "settings_update",
+]
+
+settings = queue_settings.c
+settings_select = select(queue_settings).where(settings.queue == bindparam("queue"))
+settings_queues = select(settings.queue)
+# The push dispatcher's refresh (every few seconds per replica): the few rows that push.
+settings_pushing = (
+    select(queue_settings).where(settings.pushUrl.is_not(None)).order_by(settings.queue)
+)
+settings_insert = insert(queue_settings)
+# Not "queue": an UPDATE reserves its columns' names for their new values.
+settings_update = (
+    update(queue_settings)
+    .where(settings.queue == bindparam("settings_queue"))
+    .values(
+        defaultLeaseMs=bindparam("new_default_lease_ms"),
+        maxDeliveries=bindparam("new_max_deliveries"),
+        deadLetterQueue=bindparam("new_dead_letter_queue"),
+        retryInitialDelayMs=bindparam("new_retry_initial_delay_ms"),
+        retryMaxDelayMs=bindparam("new_retry_max_delay_ms"),
+        retryMultiplier=bindparam("new_retry_multiplier"),
+        retryJitter=bindparam("new_retry_jitter"),
+        pushUrl=bindparam("new_push_url"),
+        pushTimeoutMs=bindparam("new_push_timeout_ms"),
+        pushConcurrency=bindparam("new_push_concurrency"),
+        updatedAt=bindparam("now"),
+    )
+)

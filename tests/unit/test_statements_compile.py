@@ -1,0 +1,241 @@
+"""Every statement of every room compiles for every dialect that runs it, without a database.
+
+The statements are found, not listed: each room module's `__all__` (app/storage/statements/),
+resolved per dialect (`dialect.statements.<room>`, a dialect's variant in place of the
+shared one), every Core statement in it (a `Removal`'s, a group's such as `KeyedLocks`,
+a mapping's such as PostgreSQL's `claims`); every page a list can ask for (each
+ListState, by key or by due time, after a cursor or not, since a walk's start or not,
+bounded or not; each history filter); a dialect module's own statements (PostgreSQL's
+batch arrays, staging table, removal cursor) and what its removal builders make of every
+removal. PostgreSQL's compile is its direct path's own (`DirectStatements`), which refuses
+an expanding IN and positional parameters: a statement PostgreSQL would run but could not
+fails here, at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator, Mapping
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.sql import Executable
+
+from app.domain.pages import ListState
+from app.storage.dialects import mariadb, postgresql, sqlite
+from app.storage.dialects.base import Dialect
+from app.storage.dialects.postgresql_direct import DirectStatements
+from app.storage.statements import ROOMS, common, resolved
+from app.storage.statements.common import Removal
+
+DIALECTS: dict[str, tuple[type[Dialect], ModuleType]] = {
+    "sqlite": (sqlite.SQLiteDialect, sqlite),
+    "mariadb": (mariadb.MariaDBDialect, mariadb),
+    "postgresql": (postgresql.PostgreSQLDialect, postgresql),
+}
+# The SQLAlchemy dialects the engines use (app/storage/engine.py), none connected.
+_COMPILERS = {
+    "sqlite": create_engine("sqlite://").dialect,
+    "mariadb": create_engine("mariadb+mysqldb://").dialect,
+}
+
+
+def compile_for(name: str, statement: Any) -> str:
+    """`statement`'s text as the dialect `name` runs it (PostgreSQL: its direct path)."""
+    if name == "postgresql":
+        return DirectStatements(answer_deadline=1.0).compiled(statement, {}).sql
+    return str(statement.compile(dialect=_COMPILERS[name]))
+
+
+def statements_in(value: Any) -> Iterator[Any]:
+    """The Core statements in `value`: itself, a Removal's three, a group's (a dataclass
+    of statements) or a mapping's, each found the same way."""
+    if isinstance(value, Executable):
+        yield value
+    elif isinstance(value, Removal):
+        yield from (value.delete, value.record, value.keys)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from statements_in(getattr(value, field.name))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from statements_in(item)
+
+
+def _room_statements() -> Iterator[tuple[str, str, str, Any]]:
+    """(dialect, room, name, statement) of every statement each dialect resolves."""
+    for dialect, (cls, _module) in DIALECTS.items():
+        for room in ROOMS:
+            namespace: SimpleNamespace = getattr(cls.statements, room)
+            for name, value in vars(namespace).items():
+                for index, statement in enumerate(statements_in(value)):
+                    yield dialect, room, f"{name}[{index}]", statement
+
+
+def _list_pages() -> Iterator[tuple[str, str, Any]]:
+    """(dialect, combination, statement) of every page each dialect's lists build."""
+    for dialect, (cls, _module) in DIALECTS.items():
+        lists = cls.statements.lists
+        for state, by_key, after, since, bounded in itertools.product(
+            ListState, (False, True), (False, True), (False, True), (False, True)
+        ):
+            statement = lists.messages_page(
+                lists.keys_by_bytes,
+                lists.list_reads,
+                by_key=by_key,
+                state=state,
+                after=after,
+                since=since,
+                bounded=bounded,
+            )
+            combination = (
+                f"messages-{state.value}-by_key={by_key}-after={after}-since={since}"
+                f"-bounded={bounded}"
+            )
+            yield dialect, combination, statement
+        for key, outcome, before in itertools.product((False, True), repeat=3):
+            statement = lists.history_page(
+                lists.list_reads, key=key, outcome=outcome, before=before
+            )
+            yield dialect, f"history-key={key}-outcome={outcome}-before={before}", statement
+
+
+def _removals(cls: type[Dialect]) -> list[Removal]:
+    """Every Removal a dialect's rooms run."""
+    found: list[Removal] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Removal):
+            found.append(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                walk(getattr(value, field.name))
+
+    for room in ROOMS:
+        for value in vars(getattr(cls.statements, room)).values():
+            walk(value)
+    return found
+
+
+def _dialect_own() -> Iterator[tuple[str, str, Any]]:
+    """(dialect, name, statement) of a dialect module's own statements: those at its
+    top level, and what its removal builders make of each removal its rooms run."""
+    for dialect, (cls, module) in DIALECTS.items():
+        for name, value in sorted(vars(module).items()):
+            if name == "STATEMENTS" or isinstance(value, ModuleType):
+                continue
+            for index, statement in enumerate(statements_in(value)):
+                yield dialect, f"{name}[{index}]", statement
+    removals = _removals(postgresql.PostgreSQLDialect)
+    for index, removal in enumerate(removals):
+        dialect = postgresql.PostgreSQLDialect()
+        yield "postgresql", f"recorded_delete[{index}]", dialect.recorded_delete(removal)
+        yield "postgresql", f"_removal_cursor[{index}]", postgresql._removal_cursor(removal)
+        for record in (False, True):
+            yield (
+                "postgresql",
+                f"_removed_keys[{index},{record}]",
+                (postgresql._removed_keys(removal, record)),
+            )
+            yield (
+                "postgresql",
+                f"_removal_page[{index},{record}]",
+                (postgresql._removal_page(removal, record)),
+            )
+    maria = mariadb.MariaDBDialect
+    for index, removal in enumerate(_removals(maria)):
+        for builder in (maria._deleting, maria._page, maria._key_page, maria._deleting_ids):
+            yield "mariadb", f"{builder.__name__}[{index}]", builder(removal)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "statement"),
+    [
+        pytest.param(dialect, statement, id=f"{dialect}-{room}.{name}")
+        for dialect, room, name, statement in _room_statements()
+    ],
+)
+def test_every_room_statement_compiles_as_its_dialect_runs_it(dialect, statement):
+    assert compile_for(dialect, statement)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "statement"),
+    [
+        pytest.param(dialect, statement, id=f"{dialect}-{combination}")
+        for dialect, combination, statement in _list_pages()
+    ],
+)
+def test_every_list_page_compiles_as_its_dialect_runs_it(dialect, statement):
+    assert compile_for(dialect, statement)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "statement"),
+    [
+        pytest.param(dialect, statement, id=f"{dialect}-{name}")
+        for dialect, name, statement in _dialect_own()
+    ],
+)
+def test_every_statement_of_a_dialect_module_compiles_for_it(dialect, statement):
+    assert compile_for(dialect, statement)
+
+
+def test_what_no_room_shares_every_dialect_gives():
+    # A shared None (messages' offer_insert: each database says "unless the key is
+    # taken" its own way) is a statement every dialect must give; a dialect's None is
+    # one it never runs (PostgreSQL's select-then-update claim, done by its `claims`).
+    for room, module in ROOMS.items():
+        for name in module.__all__:
+            if getattr(module, name) is None:
+                for dialect, (cls, _module) in DIALECTS.items():
+                    given = getattr(getattr(cls.statements, room), name)
+                    assert given is not None, f"{dialect} gives no {room}.{name}"
+
+
+def test_postgresql_runs_no_shared_statement_its_direct_path_cannot():
+    # Each statement PostgreSQL resolves, shared or its own, compiles on its direct
+    # path (the parametrised tests above); what it does not run is None, and only the
+    # select-then-update claim is.
+    leases = postgresql.PostgreSQLDialect.statements.leases
+    assert leases.claims and set(leases.claims) == set(itertools.product((False, True), repeat=2))
+    never_run = {
+        f"{room}.{name}"
+        for room in ROOMS
+        for name, value in vars(getattr(postgresql.PostgreSQLDialect.statements, room)).items()
+        if value is None
+    }
+    assert never_run == {
+        "leases.claim_candidates",
+        "leases.claim_update",
+        "leases.claim_update_limited",
+    }
+
+
+def test_a_variant_replaces_a_statement_of_its_room_by_name():
+    with pytest.raises(ValueError, match="no statement of leases"):
+        resolved({"leases": {"claim_candidate": None}})
+    with pytest.raises(ValueError, match="no such rooms"):
+        resolved({"lease": {}})
+
+
+def test_every_statement_of_a_room_module_is_in_its_index():
+    # A room module's statements are its __all__ (what a dialect may replace, and what
+    # the tests above compile): one built there but left out would be neither.
+    for room, module in ROOMS.items():
+        built = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and any(True for _ in statements_in(value))
+        }
+        imported = {
+            name
+            for name, value in vars(module).items()
+            for other in (common, *ROOMS.values())
+            if other is not module and getattr(other, name, None) is value
+        }
+        missing = built - imported - set(module.__all__)
+        assert not missing, f"{room}: {sorted(missing)} not in __all__"
