@@ -202,6 +202,11 @@ class _ThreadedConnection:
         self._connection = connection
         self._connections = connections
 
+    @property
+    def driver_connection(self) -> Any:
+        """The driver's own connection (the tests read its socket's options)."""
+        return self._connection.connection.driver_connection
+
     async def execute(self, statement: Any, parameters: Any = None) -> Result:
         return await self._connections.call(self._execute, statement, parameters)
 

@@ -15,12 +15,11 @@ from app.config import Settings
 from app.storage.calls import READINESS_CONNECTIONS
 from app.storage.connection import Connections, ThreadedConnections
 from app.storage.dialects import Bounds, Dialect, for_engine_url
+from app.storage.dialects.base import PING_AFTER_IDLE_SECONDS
 from app.storage.store import Storage
 
 # Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
 INSERT_ROWS_PER_STATEMENT = 200
-# A pooled connection idle for longer than this is pinged before use (see below).
-PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def create_database_engine(settings: Settings, dialect: Dialect | None = None) -> Engine:

@@ -20,8 +20,11 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.storage.dialects.base import ANSWER_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS
-from app.storage.engine import PING_AFTER_IDLE_SECONDS
+from app.storage.dialects.base import (
+    ANSWER_GRACE_SECONDS,
+    CONNECT_TIMEOUT_SECONDS,
+    PING_AFTER_IDLE_SECONDS,
+)
 from tests.conftest import truncate_all
 from tests.proxy import TcpProxy, tcp_proxy
 from tests.server import running_server
@@ -171,7 +174,7 @@ def test_an_idle_connection_is_given_up_at_its_ping(server_url):
         for number in range(5):
             assert client.put(f"/v1/queues/q/messages/k{number}", json={"payload": 1}).is_success
         proxy.hold()
-        # A connection idle this long is pinged before use (app/storage/engine.py): that
+        # A connection idle this long is pinged before use (app/storage/dialects/base.py): that
         # rule is about time, so time must pass.
         time.sleep(PING_AFTER_IDLE_SECONDS + 0.5)
         started = time.monotonic()

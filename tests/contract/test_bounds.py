@@ -158,22 +158,27 @@ def test_connections_keep_alive_and_give_up_on_unacknowledged_data(server, reque
     store = create_blocking_storage(
         Database(server, request.getfixturevalue(f"{server}_url")).settings()
     )
-    try:
-        pooled = store.engine.raw_connection()
-        try:
-            driver = pooled.driver_connection
+
+    async def options_of_a_connection() -> dict[str, int]:
+        # A connection of the storage's own (PostgreSQL's pool, MariaDB's engine), in use.
+        async with store.storage.connections.open("read") as connection:
+            driver = connection.driver_connection  # type: ignore[attr-defined]
             descriptor = driver.pgconn.socket if server == "postgresql" else driver.fileno()
             with socket.socket(fileno=os.dup(descriptor)) as connected:
                 option = connected.getsockopt
-                assert option(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE_SECONDS
-                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == (
-                    KEEPALIVE_INTERVAL_SECONDS
-                )
-                assert option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == (
-                    UNACKNOWLEDGED_SECONDS * 1000
-                )
-        finally:
-            pooled.close()
+                return {
+                    "keepalive": option(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                    "idle": option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                    "interval": option(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                    "unacknowledged": option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+                }
+
+    try:
+        assert store.wait(options_of_a_connection()) == {
+            "keepalive": 1,
+            "idle": KEEPALIVE_IDLE_SECONDS,
+            "interval": KEEPALIVE_INTERVAL_SECONDS,
+            "unacknowledged": UNACKNOWLEDGED_SECONDS * 1000,
+        }
     finally:
         store.close()

@@ -33,6 +33,9 @@ CONNECT_TIMEOUT_SECONDS = 5
 # A statement the database has not answered this long after its own statement bound
 # would have cancelled it is given up: the database, or the network to it, went silent.
 ANSWER_GRACE_SECONDS = 2.0
+# A pooled connection idle for longer than this is pinged before use: a proxy or the
+# network may have dropped it meanwhile (PostgreSQL's pool and SQLAlchemy's engines alike).
+PING_AFTER_IDLE_SECONDS = 1.0
 # TCP keepalives: a connection silent for 5 s is probed every 2 s, and the kernel
 # closes one whose probes or data go unacknowledged for 10 s (TCP_USER_TIMEOUT), so a
 # peer lost without a reset is noticed within about 15 s even between statements.

@@ -52,15 +52,12 @@ from sqlalchemy.sql.dml import Insert
 
 from app.domain.errors import StorageUnavailable
 from app.storage.connection import Mode, Result
-from app.storage.dialects.base import ANSWER_GRACE_SECONDS
+from app.storage.dialects.base import ANSWER_GRACE_SECONDS, PING_AFTER_IDLE_SECONDS
 
 if TYPE_CHECKING:
     from app.storage.dialects.base import Dialect
 
 T = TypeVar("T")
-
-# A pooled connection idle for longer than this is pinged before use (see the docstring).
-PING_AFTER_IDLE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +185,11 @@ class DirectConnection:
             raise self._translated(error) from error
         finally:
             await cursor.close()
+
+    @property
+    def driver_connection(self) -> psycopg.AsyncConnection[Any]:
+        """psycopg's own connection (the tests read its socket's options)."""
+        return self._driver
 
     async def copy_rows(
         self, statement: str, types: Sequence[str], rows: Sequence[Sequence[Any]]
