@@ -74,15 +74,15 @@ class Coalesced(Generic[I, O]):
         try:
             answer = await waiter.answer
         except asyncio.CancelledError:
-            if not waiter.answer.done():
+            # Cancelling the task cancels the future it awaits: a waiter still in line is
+            # done (cancelled) by now too, and must leave the line itself.
+            if waiter in self._waiting:
                 self._waiting.remove(waiter)  # never taken: nobody waits on it
-            elif isinstance(lead := waiter.answer.result(), _Lead):
-                # Made the leader as it was cancelled: the others still go, without it.
-                others = lead.batch[1:]
-                if others:
-                    others[0].answer.set_result(_Lead(others))
-                else:
-                    self._hand_on()
+            elif isinstance(lead := _result(waiter.answer), _Lead):
+                # Made the leader as it was cancelled: the others still go, without it
+                # (first in line, with whoever came since).
+                self._waiting[:0] = lead.batch[1:]
+                self._hand_on()
             raise
         if isinstance(answer, _Lead):
             return await self._lead(answer.batch)
@@ -125,12 +125,23 @@ class Coalesced(Generic[I, O]):
         return mine
 
     def _hand_on(self) -> None:
-        """The running call ended: the waiting callers' first leads them all, or nothing runs."""
-        if not self._waiting:
+        """The running call ended: the waiting callers' first leads them all, or nothing runs.
+
+        A caller cancelled since it got in line, whose task has not yet run to leave it, is
+        passed over: its future is cancelled already, and its item goes nowhere."""
+        batch = [waiter for waiter in self._waiting if not waiter.answer.done()]
+        self._waiting = []
+        if not batch:
             self._running = False
             return
-        batch, self._waiting = self._waiting, []
         batch[0].answer.set_result(_Lead(batch))
+
+
+def _result(answer: asyncio.Future[_Lead[I, O] | _Done[O]]) -> _Lead[I, O] | _Done[O] | None:
+    """What `answer` was given, or None when it was cancelled or given an exception."""
+    if answer.cancelled() or not answer.done() or answer.exception() is not None:
+        return None
+    return answer.result()
 
 
 class _TryAlone(Exception):
