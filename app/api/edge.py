@@ -24,17 +24,21 @@ import os
 import re
 import time
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from prometheus_client import Histogram
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import problem_from
 from app.api.limits import BodyLimits
+
+if TYPE_CHECKING:
+    # Only its type: app/logs.py reads the request id from here before --workers has set
+    # prometheus-client's directory (app/workers.py), so the module may not import it.
+    from prometheus_client import Histogram
 
 # FastAPI's native telemetry, off: no tracing, metrics or logs of its own.
 NO_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}

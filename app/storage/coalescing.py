@@ -80,15 +80,16 @@ class Coalesced(Generic[I, O]):
         try:
             answer = await waiter.answer
         except asyncio.CancelledError:
-            if not waiter.answer.done():
-                self._waiting[group].remove(waiter)  # never taken: nobody waits on it
-            elif isinstance(lead := waiter.answer.result(), _Lead):
-                # Made the leader as it was cancelled: the others still go, without it.
-                others = lead.batch[1:]
-                if others:
-                    others[0].answer.set_result(_Lead(others))
-                else:
-                    self._hand_on(group)
+            # Cancelling the task cancels the future it awaits: a waiter still in line is
+            # done (cancelled) by now too, and must leave the line itself.
+            line = self._waiting.get(group, [])
+            if waiter in line:
+                line.remove(waiter)  # never taken: nobody waits on it
+            elif isinstance(lead := _result(waiter.answer), _Lead):
+                # Made the leader as it was cancelled: the others still go, without it
+                # (first in line, with whoever came since).
+                self._waiting.setdefault(group, [])[:0] = lead.batch[1:]
+                self._hand_on(group)
             raise
         if isinstance(answer, _Lead):
             return await self._lead(group, answer.batch)
@@ -132,12 +133,23 @@ class Coalesced(Generic[I, O]):
 
     def _hand_on(self, group: Hashable) -> None:
         """The group's running call ended: its waiting callers' first leads them all, or
-        nothing of the group runs."""
-        batch = self._waiting.pop(group, None)
+        nothing of the group runs.
+
+        A caller cancelled since it got in line, whose task has not yet run to leave it, is
+        passed over: its future is cancelled already, and its item goes nowhere."""
+        line = self._waiting.pop(group, [])
+        batch = [waiter for waiter in line if not waiter.answer.done()]
         if not batch:
             self._running.discard(group)
             return
         batch[0].answer.set_result(_Lead(batch))
+
+
+def _result(answer: asyncio.Future[_Lead[I, O] | _Done[O]]) -> _Lead[I, O] | _Done[O] | None:
+    """What `answer` was given, or None when it was cancelled or given an exception."""
+    if answer.cancelled() or not answer.done() or answer.exception() is not None:
+        return None
+    return answer.result()
 
 
 class _TryAlone(Exception):

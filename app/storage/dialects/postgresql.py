@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg.types.array import ListBinaryDumper
@@ -200,17 +200,21 @@ def _insert_new_keys(
     scheduled_at: ColumnElement[Any],
     priority: ColumnElement[Any],
     *,
+    queue: ColumnElement[Any] | None = None,
+    now: ColumnElement[Any] | None = None,
     order_by: ColumnElement[Any] | None = None,
+    returning: Sequence[ColumnElement[Any]] = (columns.pKey,),
 ) -> Any:
-    """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns) into the
-    queue, skipping keys taken already; RETURNING the keys that went in."""
+    """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns; `queue` and
+    `now` bound once unless the source has them) into the queue, skipping keys taken
+    already; RETURNING `returning` of the rows that went in (their keys)."""
     rows = select(
         key,
-        bindparam("queue", type_=String),
+        bindparam("queue", type_=String) if queue is None else queue,
         payload,
         scheduled_at,
         scheduled_at,
-        bindparam("now", type_=BigInteger),
+        bindparam("now", type_=BigInteger) if now is None else now,
         priority,
     )
     if order_by is not None:
@@ -230,7 +234,7 @@ def _insert_new_keys(
             rows,
         )
         .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-        .returning(columns.pKey)
+        .returning(*returning)
     )
 
 
@@ -428,30 +432,15 @@ _offers = (
 )
 # Every caller's new message unless its key is taken (a key offered twice goes in once,
 # as the first: rows go in in the callers' order); the keys that went in, with their queue.
-_insert_offers = (
-    insert(queue_table)
-    .from_select(
-        [
-            "pKey",
-            "pKind",
-            "payload",
-            "scheduledAt",
-            "scheduledAtInitially",
-            "createdAt",
-            "priority",
-        ],
-        select(
-            _offers.c.key,
-            _offers.c.queue,
-            _offers.c.payload,
-            _offers.c.scheduled_at,
-            _offers.c.scheduled_at,
-            _offers.c.now,
-            _offers.c.priority,
-        ).order_by(_offers.c.position),
-    )
-    .on_conflict_do_nothing(index_elements=["pKey", "pKind"])
-    .returning(columns.pKind, columns.pKey)
+_insert_offers = _insert_new_keys(
+    _offers.c.key,
+    _offers.c.payload,
+    _offers.c.scheduled_at,
+    _offers.c.priority,
+    queue=_offers.c.queue,
+    now=_offers.c.now,
+    order_by=_offers.c.position,
+    returning=(columns.pKind, columns.pKey),
 )
 _locks = (
     func.unnest(
@@ -693,7 +682,11 @@ class PostgreSQLDialect(Dialect):
         self, connection: Connection, acknowledgements: Sequence[LockAcknowledgement], record: bool
     ) -> list[list[str]]:
         keyed = [each for each in acknowledgements if each.keys is not None]
-        whole = [each for each in acknowledgements if each.keys is None]
+        # Each lock (of each key) once, the first caller's: see _firsts.
+        whole = _firsts(
+            acknowledgements,
+            lambda each: (each.queue, each.lock_id) if each.keys is None else None,
+        )
         gone: list[tuple[str, str, str]] = []
         if whole:
             parameters = {
@@ -706,7 +699,10 @@ class PostgreSQLDialect(Dialect):
             )
             gone += [(row.pKind, row.lockUuid, row.pKey) for row in rows]
         if keyed:
-            named = [(each, key) for each in keyed for key in dict.fromkeys(each.keys or ())]
+            named = _firsts(
+                [(each, key) for each in keyed for key in each.keys or ()],
+                lambda named: (named[0].queue, named[0].lock_id, named[1]),
+            )
             parameters = {
                 "queues": [each.queue for each, _ in named],
                 "lock_ids": [each.lock_id for each, _ in named],
@@ -722,10 +718,11 @@ class PostgreSQLDialect(Dialect):
     async def release_locks(
         self, connection: Connection, releases: Sequence[tuple[str, str, int]]
     ) -> list[int]:
+        firsts = _firsts(releases, lambda release: release[:2])  # see _firsts
         parameters = {
-            "queues": [queue for queue, _, _ in releases],
-            "lock_ids": [lock_id for _, lock_id, _ in releases],
-            "nows": [at for _, _, at in releases],
+            "queues": [queue for queue, _, _ in firsts],
+            "lock_ids": [lock_id for _, lock_id, _ in firsts],
+            "nows": [at for _, _, at in firsts],
         }
         rows = await connection.execute(_release_locks, parameters)
         released = Counter((row.pKind, row.lockUuid) for row in rows)
@@ -845,6 +842,8 @@ class PostgreSQLDialect(Dialect):
         return (not answered or reason.startswith(_NOT_YET_ACCEPTING)), reason
 
 
+T = TypeVar("T")
+
 # What a server says while it cannot take connections for a while (starting, recovering,
 # full): waiting for it helps.
 _NOT_YET_ACCEPTING = (
@@ -854,6 +853,25 @@ _NOT_YET_ACCEPTING = (
     "the database system is shutting down",
     "sorry, too many clients already",
 )
+
+
+def _firsts(items: Sequence[T], identity: Callable[[T], Hashable | None]) -> list[T]:
+    """The first item of each identity, in order (those whose identity is None left out).
+
+    A row that two callers' elements of a shared statement name (one lock released or
+    acknowledged twice, one key of a lock twice) joins both, and PostgreSQL changes it
+    once, with the values of whichever joined row it meets first (under the hash join
+    of a small table, the later caller's). The row would then be due at the later release's time, or recorded at
+    the later acknowledgement's, while the answer gives it to the first. The later
+    elements can change nothing the first does not, so only the first goes in."""
+    seen: set[Hashable] = set()
+    firsts = []
+    for item in items:
+        key = identity(item)
+        if key is not None and key not in seen:
+            seen.add(key)
+            firsts.append(item)
+    return firsts
 
 
 def _deleted_by_each(
