@@ -68,6 +68,11 @@ async def run(
             for limit in (1, 100):
                 for workers in plan.drain_workers:
                     await bench.drain(limit, workers)
+        if "drain-on-poll" in workloads:
+            # A drain of 100 the way the workers drain: each poll carries the last lock's
+            # acknowledgement (SPEC §15); the ceiling sends the same two statements a round.
+            for workers in plan.drain_workers:
+                await bench.drain(100, workers, ack_on_poll=True)
         if "delayed" in workloads:
             await bench.delayed()
         if "scale" in workloads:
@@ -97,7 +102,17 @@ def workers_column(count: int) -> str:
 
 
 PEER_NAMES = ("pgmq", "pgqueuer", "procrastinate")  # bench/peers.py's PEERS
-WORKLOADS = ("offer", "batch", "drain", "delayed", "scale", "history", "neighbour", "snapshot")
+WORKLOADS = (
+    "offer",
+    "batch",
+    "drain",
+    "drain-on-poll",
+    "delayed",
+    "scale",
+    "history",
+    "neighbour",
+    "snapshot",
+)
 
 
 def main(argv: list[str] | None = None) -> None:

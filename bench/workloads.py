@@ -215,14 +215,15 @@ class Bench:
         await self.compare(f"batch offer, 1000 per request, {clients} clients", "msg/s", measure)
 
     async def _drain(
-        self, target: Target, limit: int, workers_count: int
+        self, target: Target, limit: int, workers_count: int, ack_on_poll: bool = False
     ) -> dict[str, Measurement] | None:
-        """Messages a second that `workers_count` workers poll (`limit` at a time) and ack."""
+        """Messages a second that `workers_count` workers poll (`limit` at a time) and ack
+        (each lock on the next poll, where Hourglass's `ack_on_poll`)."""
         if limit > target.max_take:
             return None
         await target.clear()
         await target.prefill(self.plan.drain_messages, PAYLOAD)
-        workers = [await _drain_worker(target, limit) for _ in range(workers_count)]
+        workers = [await _drain_worker(target, limit, ack_on_poll) for _ in range(workers_count)]
         delivered = 0
         deadline = time.perf_counter() + self.plan.drain_seconds
 
@@ -244,11 +245,12 @@ class Bench:
         await _close(workers)
         return {"": Measurement(delivered / elapsed, used)}
 
-    async def drain(self, limit: int, workers_count: int) -> None:
+    async def drain(self, limit: int, workers_count: int, ack_on_poll: bool = False) -> None:
+        how = "ack on the next poll" if ack_on_poll else "ack"
         await self.compare(
-            f"drain, poll max={limit} + ack, {workers_count} workers",
+            f"drain, poll max={limit} + {how}, {workers_count} workers",
             "msg/s",
-            lambda target: self._drain(target, limit, workers_count),
+            lambda target: self._drain(target, limit, workers_count, ack_on_poll),
         )
 
     async def history(self, without: Target, workers_count: int) -> None:
@@ -476,11 +478,11 @@ class Bench:
             await connection.execute("VACUUM ANALYZE delayed_queue")
 
 
-async def _drain_worker(target: Target, limit: int) -> Any:
+async def _drain_worker(target: Target, limit: int, ack_on_poll: bool = False) -> Any:
     """A worker for a drain of `limit` at a time: Hourglass's (the service and its ceiling)
     acknowledges each message of a drain of one on its next poll (SPEC §15), as its
-    workers do; a drain of 100 acknowledges each poll by itself."""
-    if limit == 1 and isinstance(target, ServiceTarget | CeilingTarget):
+    workers do; a drain of 100 acknowledges each poll by itself, unless `ack_on_poll`."""
+    if (limit == 1 or ack_on_poll) and isinstance(target, ServiceTarget | CeilingTarget):
         return await target.worker(ack_on_poll=True)
     return await target.worker()
 
