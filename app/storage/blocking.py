@@ -11,6 +11,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
@@ -43,7 +44,11 @@ class BlockingStorage:
 
     def wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` on this storage's event loop; its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self.start(coroutine).result()
+
+    def start(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start `coroutine` on this storage's event loop; its future, to wait for later."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     @property
     def engine(self) -> Engine:

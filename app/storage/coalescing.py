@@ -22,7 +22,15 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from app.domain.errors import StorageUnavailable
 from app.storage.connection import BoundReached
+
+# How long the storage's callers wait in line for the running call of their kind and queue:
+# a statement takes milliseconds, so a call running this long waits on something (a row
+# locked from outside, until the lock bound) and the callers behind it go alone.
+PATIENCE_SECONDS = 0.25
+# What the callers of a shared call that ended without an answer for them are told.
+_OUTCOME_UNKNOWN = "the database call was cut short; its outcome is unknown: retry shortly"
 
 I = TypeVar("I")
 O = TypeVar("O")
@@ -60,13 +68,18 @@ class Coalesced(Generic[I, O]):
         together: Callable[[Sequence[I]], Awaitable[Sequence[O | BaseException]]],
         alone: Callable[[I], Awaitable[O]],
         group: Callable[[I], Hashable] = lambda _item: None,
+        patience: float | None = None,
     ) -> None:
         """`group(item)` names the items that may go together (the storage's: those of one
         queue, so a queue whose rows are locked holds back no other queue's calls, as
-        decision 12's turns keep them apart)."""
+        decision 12's turns keep them apart). `patience`: how long a caller waits in line
+        for the running call to end (None: as long as it takes); one that waited that long
+        goes alone, so a call stuck on a locked row holds back no other call of its group
+        for longer."""
         self._together = together
         self._alone = alone
         self._group = group
+        self._patience = patience
         self._running: set[Hashable] = set()  # the groups with a call running
         self._waiting: dict[Hashable, list[_Waiter[I, O]]] = {}  # for the call after it
 
@@ -78,6 +91,12 @@ class Coalesced(Generic[I, O]):
         waiter: _Waiter[I, O] = _Waiter(item)
         self._waiting.setdefault(group, []).append(waiter)
         try:
+            if self._patience is not None:
+                await asyncio.wait([waiter.answer], timeout=self._patience)
+                line = self._waiting.get(group, [])
+                if waiter in line:  # still in line: the running call is slow (a locked row?)
+                    line.remove(waiter)
+                    return await self._alone(item)
             answer = await waiter.answer
         except asyncio.CancelledError:
             # Cancelling the task cancels the future it awaits: a waiter still in line is
@@ -113,14 +132,17 @@ class Coalesced(Generic[I, O]):
                     outcomes = [_TRY_ALONE] * len(batch)
                 except Exception as error:  # noqa: BLE001 - it reaches this call's callers
                     outcomes = [error] * len(batch)
-        except BaseException as error:
-            # The leader was cancelled (the server stopping): its batch fails with it.
+        except BaseException:
+            # The leader was cancelled (the server stopping): the others of its batch were
+            # not, and their calls' outcome is unknown, as after a lost connection.
             for waiter in batch[1:]:
                 if not waiter.answer.done():
-                    waiter.answer.set_exception(error)
+                    waiter.answer.set_exception(StorageUnavailable(_OUTCOME_UNKNOWN))
             raise
         finally:
             self._hand_on(group)
+        if len(outcomes) != len(batch):  # a `together` that answered wrong: nobody is left waiting
+            outcomes = [StorageUnavailable(_OUTCOME_UNKNOWN)] * len(batch)
         for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
             if not waiter.answer.done():
                 waiter.answer.set_result(_Done(outcome))

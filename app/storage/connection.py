@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from sqlalchemy import event, exc
@@ -126,7 +126,7 @@ class ThreadedConnections:
             "single": self._dialect.single_statement_options,
             "read": self._dialect.read_options,
         }[mode]
-        begun = await self.call(self._begin, options)
+        begun = await self.call(self._begin, options, undo=_close_begun)
         connection, transaction = begun
         try:
             yield _ThreadedConnection(connection, self)
@@ -153,10 +153,12 @@ class ThreadedConnections:
         *arguments: Any,
         translating: bool = True,
         quietly: bool = False,
+        undo: Callable[[T], object] | None = None,
     ) -> T:
         """`function(*arguments)` on a storage thread, its driver errors translated. The call
-        is waited for even when the caller is cancelled: nothing else may use its connection
-        before it ends."""
+        is waited for even when the caller is cancelled (again and again): nothing else may
+        use its connection before it ends; then `undo(its result)`, where given, runs on a
+        storage thread (a connection just begun is closed, not left to the collector)."""
         future = asyncio.get_running_loop().run_in_executor(
             self._executor, lambda: function(*arguments)
         )
@@ -164,7 +166,11 @@ class ThreadedConnections:
             try:
                 return await asyncio.shield(future)
             except asyncio.CancelledError:
-                await asyncio.wait([future])
+                while not future.done():
+                    with suppress(asyncio.CancelledError):
+                        await asyncio.wait([future])
+                if undo is not None and future.exception() is None:
+                    self._executor.submit(undo, future.result())
                 raise
         except exc.DBAPIError as error:
             if quietly:
@@ -191,6 +197,13 @@ class ThreadedConnections:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._executor.shutdown)
         await loop.run_in_executor(None, self.engine.dispose)
+
+
+def _close_begun(begun: tuple[EngineConnection, Any]) -> None:
+    """Close a connection begun for a caller that was cancelled meanwhile (its transaction
+    rolls back: on SQLite, BEGIN IMMEDIATE's write lock goes with it)."""
+    with suppress(Exception):
+        begun[0].close()
 
 
 class _ThreadedConnection:

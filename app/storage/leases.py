@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import (
@@ -23,7 +23,7 @@ from app.domain.messages import (
     every_queue,
 )
 from app.storage import claims
-from app.storage.coalescing import Coalesced
+from app.storage.coalescing import PATIENCE_SECONDS, Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.dialects.base import LockAcknowledgement
@@ -31,6 +31,8 @@ from app.storage.history import Removals
 from app.storage.runner import Runner
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Dead letters moved back per transaction by a redrive.
 _REDRIVE_CHUNK = 500
@@ -54,15 +56,14 @@ class SqlLeases:
         # Acknowledgements and releases that arrive while one of their kind runs share the
         # next statement (decision 23): of whole locks (counted, or with the keys deleted),
         # by key, and releases of whole locks due at one time.
-        self._acknowledged_counts = Coalesced(self._count_together, self._count_alone, _by_queue)
-        self._acknowledged_locks = Coalesced(
-            self._acknowledge_together, self._acknowledge_alone, _by_queue
-        )
-        self._acknowledged_keys = Coalesced(
-            self._acknowledge_together, self._acknowledge_alone, _by_queue
-        )
+        self._acknowledged_counts = _per_queue(self._count_together, self._count_alone)
+        self._acknowledged_locks = _per_queue(self._acknowledge_together, self._acknowledge_alone)
+        self._acknowledged_keys = _per_queue(self._acknowledge_together, self._acknowledge_alone)
         self._released = Coalesced(
-            self._release_together, self._release_alone, lambda release: release[0]
+            self._release_together,
+            self._release_alone,
+            lambda release: release[0],
+            PATIENCE_SECONDS,
         )
 
     async def poll(
@@ -432,9 +433,13 @@ class SqlLeases:
         return await self.runner.transaction(release)
 
 
-def _by_queue(acknowledgement: LockAcknowledgement) -> str:
-    """Calls of one queue go together: a queue whose rows are locked holds back no other's."""
-    return acknowledgement.queue
+def _per_queue(
+    together: Callable[[Sequence[LockAcknowledgement]], Awaitable[Sequence[T]]],
+    alone: Callable[[LockAcknowledgement], Awaitable[T]],
+) -> Coalesced[LockAcknowledgement, T]:
+    """Acknowledgements of one queue go together: a queue whose rows are locked holds back
+    no other's (and, past its patience, none of its own)."""
+    return Coalesced(together, alone, lambda each: each.queue, PATIENCE_SECONDS)
 
 
 def _before(row: claims.ClaimedRow) -> Claimed:

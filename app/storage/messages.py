@@ -17,7 +17,7 @@ from app.domain.messages import (
     QueueStats,
     every_queue,
 )
-from app.storage.coalescing import Coalesced
+from app.storage.coalescing import PATIENCE_SECONDS, Coalesced
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
@@ -109,7 +109,10 @@ class SqlMessages:
         # New messages offered one by one: those that arrive while one goes in share the
         # next statement (decision 23).
         self._insert = Coalesced(
-            self._insert_together, self._insert_alone, group=lambda new: new[0]
+            self._insert_together,
+            self._insert_alone,
+            lambda new: new[0],  # per queue
+            PATIENCE_SECONDS,
         )
 
     async def offer(
@@ -144,12 +147,23 @@ class SqlMessages:
         return await self.runner.autocommit(insert)
 
     async def _insert_together(self, news: Sequence[tuple[str, Offer, int]]) -> list[bool]:
-        """`_insert_alone` for many callers' messages in one go; for each, in order."""
+        """`_insert_alone` for many callers' messages in one go; for each, in order. In
+        pieces no larger than the dialect's statement limit, where it has one (MariaDB's
+        packet), as a batch offer's: all in one transaction, one statement where it can."""
         rows = [offer_row(queue, offer, now) for queue, offer, now in news]
+        sizes = [len(piece) for piece in self.inserts.chunks([offer for _, offer, _ in news])]
 
         async def insert(connection: Connection) -> list[bool]:
-            return await self.dialect.insert_offers(connection, self.inserts.offer_insert, rows)
+            went_in: list[bool] = []
+            for size in sizes:
+                piece = rows[len(went_in) : len(went_in) + size]
+                went_in += await self.dialect.insert_offers(
+                    connection, self.inserts.offer_insert, piece
+                )
+            return went_in
 
+        if len(sizes) > 1:  # several statements: one transaction still
+            return await self.runner.transaction(insert)
         return await self.runner.shared(insert)
 
     async def offer_many(

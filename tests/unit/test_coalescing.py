@@ -403,9 +403,11 @@ def test_a_leader_cancelled_while_it_runs_alone_lets_the_waiting_go():
 
 def test_a_leader_cancelled_during_the_shared_call_ends_its_batch_and_the_next_goes():
     """The leader of a shared call is cancelled (the server stopping): the call is given up,
-    its other callers end with the cancellation rather than waiting for an outcome that
-    will never come, and callers that arrived meanwhile go next. Broken by leaving the
-    batch's callers waiting, or by not handing on."""
+    its other callers, not cancelled themselves, end with StorageUnavailable (a 503: the
+    outcome is unknown, as after a lost connection) rather than waiting for an outcome that
+    will never come or ending as cancelled (a 500), and callers that arrived meanwhile go
+    next. Broken by leaving the batch's callers waiting, by handing them the leader's
+    cancellation, or by not handing on."""
 
     async def scenario() -> None:
         fakes = Fakes()
@@ -418,13 +420,46 @@ def test_a_leader_cancelled_during_the_shared_call_ends_its_batch_and_the_next_g
         assert shared.items == ["b", "c"]
         later = await callers(coalesced, "d", "e")
         leader.cancel()
-        for task in (leader, follower):
-            with pytest.raises(asyncio.CancelledError):
-                await outcome(task)
+        with pytest.raises(asyncio.CancelledError):
+            await outcome(leader)
+        with pytest.raises(StorageUnavailable):
+            await outcome(follower)
         following = await fakes.next_call()
         assert (following.kind, following.items) == ("together", ["d", "e"])
         following.answer(["together:d", "together:e"])
         assert [await outcome(task) for task in later] == ["together:d", "together:e"]
         await runs_alone_at_once(coalesced, fakes, "f")
+
+    run(scenario)
+
+
+def test_callers_in_line_past_their_patience_go_alone_while_the_running_call_is_stuck():
+    """A call stuck on a locked row (it runs until the lock bound) holds back the callers in
+    line behind it for no longer than their patience: then each goes alone, as if the stuck
+    call were not there, and the stuck one ends as it ends. Broken by a line that waits for
+    the running call however long it takes (one locked row would hold back its queue's
+    every acknowledgement for the lock bound), or by a caller that leaves the line and
+    still goes in the next batch."""
+
+    async def scenario() -> None:
+        fakes = Fakes()
+        coalesced = Coalesced(fakes.together, fakes.alone, patience=0.05)
+        await callers(coalesced, "a")
+        stuck = await fakes.next_call()
+        b, c = await callers(coalesced, "b", "c")
+        gone_alone = {}
+        for _ in range(2):
+            call = await fakes.next_call()  # each after its patience, "a" still running
+            assert call.kind == "alone"
+            [item] = call.items
+            gone_alone[item] = call
+        assert sorted(gone_alone) == ["b", "c"]
+        gone_alone["b"].answer("alone:b")
+        gone_alone["c"].answer("alone:c")
+        assert [await outcome(b), await outcome(c)] == ["alone:b", "alone:c"]
+        stuck.answer("alone:a")
+        await one_pass()
+        assert fakes.no_call_waiting()  # nobody was left in line for a next batch
+        await runs_alone_at_once(coalesced, fakes, "d")
 
     run(scenario)

@@ -296,9 +296,22 @@ class DirectPool:
     async def _checkout(self) -> _Pooled:
         while self._idle:
             pooled = self._idle.pop()
-            if await self._usable(pooled):
+            lost = _lost(pooled.driver)  # known lost already: no ping was needed to tell
+            try:
+                usable = await self._usable(pooled)
+            except BaseException:  # cancelled while it pinged: of no use to anyone now
+                await _close(pooled.driver)
+                raise
+            if usable:
                 return pooled
             await _close(pooled.driver)
+            if not lost:
+                # It failed its ping (a silent network, a restarted server): the ones idle
+                # longer would fail theirs too, each taking the grace. Close them unasked,
+                # so that a checkout takes one ping's grace and one connect at most.
+                stale, self._idle = self._idle, []
+                for older in stale:
+                    await _close(older.driver)
         try:
             driver = await psycopg.AsyncConnection.connect(**self._arguments)
         except psycopg.Error as error:
