@@ -1,5 +1,5 @@
 """Python calls per request through an ASGI app in process: a count the machine's load
-does not move, for Hourglass's empty poll and new-key offer beside the floor's (issue 19).
+does not move, for Hourglass's empty poll and new-key offer beside the floor's.
 
     python -m bench.calls --database-url postgresql://root@127.0.0.1:5432/hourglass_probe
     python -m bench.calls --top 30 --request hourglass-poll --beyond-floor  # what to cut
@@ -59,7 +59,7 @@ DEFAULT_DATABASE_URL = floor.DEFAULT_DSN
 QUEUE = "q"
 POLL = b'{"max":1}'
 OFFER = b'{"payload":' + PAYLOAD + b',"delay":3600}'
-# The issue's targets, and the counts recorded in /work/shared/BENCHMARKING.md ("The floor
+# The issue's targets, and the counts recorded in bench/RESULTS.md ("The floor
 # of the stack", 2026-11-27, Hourglass at b198894; that floor was not this module's).
 TARGETS = {"hourglass-poll": 650, "hourglass-offer": 750}
 RECORDED = {

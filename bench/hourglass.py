@@ -142,7 +142,7 @@ ACKNOWLEDGE_RECORDED = (
     'gone."lastDeliveredAt", gone.deliveries, %(outcome)s::VARCHAR AS anon_1, '
     "%(now)s::BIGINT AS anon_2 \nFROM gone"
 )
-# The acknowledgement a poll carries (a worker acknowledging on its next poll, SPEC §15):
+# The acknowledgement a poll carries (a worker acknowledging on its next poll, decision 21):
 # the whole lock, as above, answering the keys it deleted; history off, then on.
 ACKNOWLEDGE_KEYS = ACKNOWLEDGE + ' RETURNING delayed_queue."pKey"'
 ACKNOWLEDGE_KEYS_RECORDED = (
@@ -243,7 +243,7 @@ class ServiceTarget(_HourglassTable):
 
 class ServiceWorker:
     """One client of the service. With `ack_on_poll`, `finish` leaves the lock to the next
-    `take`, whose poll acknowledges it on its way (SPEC §15): one request per round instead
+    `take`, whose poll acknowledges it on its way (decision 21): one request per round instead
     of two (`close` acknowledges a lock no poll took along)."""
 
     def __init__(self, connection: Connection, *, ack_on_poll: bool = False) -> None:

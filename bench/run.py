@@ -70,7 +70,7 @@ async def run(
                     await bench.drain(limit, workers)
         if "drain-on-poll" in workloads:
             # A drain of 100 the way the workers drain: each poll carries the last lock's
-            # acknowledgement (SPEC §15); the ceiling sends the same two statements a round.
+            # acknowledgement (decision 21); the ceiling sends the same two statements a round.
             for workers in plan.drain_workers:
                 await bench.drain(100, workers, ack_on_poll=True)
         if "delayed" in workloads:

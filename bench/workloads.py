@@ -480,7 +480,7 @@ class Bench:
 
 async def _drain_worker(target: Target, limit: int, ack_on_poll: bool = False) -> Any:
     """A worker for a drain of `limit` at a time: Hourglass's (the service and its ceiling)
-    acknowledges each message of a drain of one on its next poll (SPEC §15), as its
+    acknowledges each message of a drain of one on its next poll (decision 21), as its
     workers do; a drain of 100 acknowledges each poll by itself, unless `ack_on_poll`."""
     if (limit == 1 or ack_on_poll) and isinstance(target, ServiceTarget | CeilingTarget):
         return await target.worker(ack_on_poll=True)

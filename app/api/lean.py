@@ -1,4 +1,4 @@
-"""The hot routes' own request handling (SPEC §15): their body read with their models from the
+"""The hot routes' own request handling (docs/decisions/0022-one-hop-per-request.md): their body read with their models from the
 raw bytes, their answer bytes built by the endpoint, and the rest of FastAPI's per-request
 work left out.
 

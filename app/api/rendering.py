@@ -1,6 +1,6 @@
 """Hand-rendered JSON: the answers whose size grows with load (polls and batches), every
 answer that carries a stored payload, and the hot routes' small answers (offers,
-acknowledgements and releases by key, extensions: SPEC §15, bytes built once, as their
+acknowledgements and releases by key, extensions: decision 22, bytes built once, as their
 models would render them).
 
 A poll of 100 messages through the pydantic models decodes every stored

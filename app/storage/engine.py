@@ -57,9 +57,9 @@ def _ping_doubtful_connections(
     SQLAlchemy's pool_pre_ping costs a round trip on every checkout, a third of a
     one-statement request. Instead a connection is pinged only when it is in
     doubt: it was idle for more than a second (a proxy or the network may have
-    dropped it meanwhile), or the server has sent it something while it sat in
-    the pool (a restart or pg_terminate_backend leaves a notice or EOF there,
-    seen without a round trip). A failed ping makes the pool open a new one.
+    dropped it meanwhile). A failed ping makes the pool open a new one. (PostgreSQL's
+    own pool also reads, without a round trip, whether the server wrote to an idle
+    connection: app/storage/dialects/postgresql_direct.py.)
     """
 
     @event.listens_for(engine, "checkin")
@@ -71,14 +71,8 @@ def _ping_doubtful_connections(
         idle_since = record.info.get("checked_in_at")
         if idle_since is None:
             return  # brand new
-        recently_used = time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS
-        driver_connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
-        try:
-            news = dialect.connection_has_news(driver_connection)
-        except (OSError, ValueError):
-            news = True  # cannot tell: ask the server
-        if recently_used and not news:
-            return
+        if time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return  # recently used
         try:
             ping(dbapi_connection)
         except engine.dialect.loaded_dbapi.Error as error:

@@ -353,14 +353,7 @@ class SqlLeases:
         return [len(keys) for keys in await self._acknowledge_together(acknowledgements)]
 
     async def _acknowledge_alone(self, acknowledgement: LockAcknowledgement) -> list[str]:
-        parameters: dict[str, Any] = {
-            "queue": acknowledgement.queue,
-            "lock_id": acknowledgement.lock_id,
-        }
-        removal = self.statements.lock_acknowledge
-        if acknowledgement.keys is not None:
-            removal = self.statements.keyed_locks.acknowledge
-            parameters["keys"] = list(acknowledgement.keys)
+        removal, parameters = self.dialect.acknowledging(acknowledgement)
         return await self.removals.remove_keys(
             removal, parameters, acknowledgement.now, Finish.ACKNOWLEDGED
         )

@@ -48,7 +48,7 @@ def test_the_ceiling_sends_the_services_statements(postgresql_url, monkeypatch, 
             assert polled["messages"]
             deleted = client.delete(f"/v1/queues/{hourglass.QUEUE}/locks/{polled['lock_id']}")
             assert deleted.status_code == 204
-        # A lock acknowledged on the next poll (SPEC §15), as the drain of one does.
+        # A lock acknowledged on the next poll (decision 21), as the drain of one does.
         assert put(client, hourglass.QUEUE, "two", {"n": 2}).status_code == 201
         lock_id = poll(client, hourglass.QUEUE)["lock_id"]
         assert poll(client, hourglass.QUEUE, ack={"lock_id": lock_id})["acknowledged"] == ["two"]

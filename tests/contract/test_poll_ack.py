@@ -1,4 +1,4 @@
-"""Acknowledgement on the next poll (SPEC §15), on every database: a poll's `ack` acknowledges
+"""Acknowledgement on the next poll (decision 21), on every database: a poll's `ack` acknowledges
 as `DELETE …/locks/{id}` or `POST …/locks/{id}/ack` would, in a transaction of its own that
 commits before the poll claims (and before a long poll waits), and the answer says what it did."""
 

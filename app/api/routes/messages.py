@@ -32,18 +32,12 @@ from app.api.schemas import (
     QueueName,
     UpdateMessage,
 )
-from app.domain.messages import OfferRequest, OfferResult, Outcome
+from app.domain.messages import OfferRequest, Outcome
 from app.domain.pages import DEFAULT_PAGE, ListState
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
 _WRITE_ERRORS = problem_responses(413, 422, 503)
-
-
-def _offer_response(result: OfferResult) -> OfferResponse:
-    return OfferResponse(
-        queue=result.queue, key=result.key, outcome=result.outcome, scheduled_at=result.scheduled_at
-    )
 
 
 @lean_route(
@@ -95,15 +89,15 @@ async def update_message(
 @router.post(
     "/messages",
     status_code=status.HTTP_201_CREATED,
+    response_model=OfferResponse,
     summary="Create a message under a generated key",
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
 )
-async def create_message(
-    queue: QueueName, body: UpdateMessage, request: Request, response: Response
-) -> OfferResponse:
+async def create_message(queue: QueueName, body: UpdateMessage, request: Request) -> Response:
     result = await service_of(request).offer_new(queue, body.payload, body.when(), body.priority)
-    response.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
-    return _offer_response(result)
+    answer = offer_response(result, status.HTTP_201_CREATED)
+    answer.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
+    return answer
 
 
 @router.get(

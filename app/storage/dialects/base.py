@@ -159,13 +159,6 @@ class Dialect:
         """Extra keyword arguments for `create_engine`."""
         return {}
 
-    def connection_has_news(self, driver_connection: Any) -> bool:
-        """Whether an idle pooled connection has something to read (the server said goodbye).
-
-        Checked on every checkout, so it must not make a round trip.
-        """
-        return False
-
     def configure_engine(self, engine: Engine) -> None:
         """Install per-connection set-up (pragmas, transaction modes) on a new engine."""
 
@@ -224,18 +217,23 @@ class Dialect:
         (app/storage/coalescing.py); here one removal each, in order."""
         deleted = []
         for acknowledgement in acknowledgements:
-            parameters: dict[str, Any] = {
-                "queue": acknowledgement.queue,
-                "lock_id": acknowledgement.lock_id,
-            }
-            removal = self.statements.leases.lock_acknowledge
-            if acknowledgement.keys is not None:
-                removal = self.statements.leases.keyed_locks.acknowledge
-                parameters["keys"] = list(acknowledgement.keys)
+            removal, parameters = self.acknowledging(acknowledgement)
             if record:
                 parameters |= {"outcome": Finish.ACKNOWLEDGED.value, "now": acknowledgement.now}
             deleted.append(await self.removed_keys(connection, removal, parameters, record=record))
         return deleted
+
+    def acknowledging(self, acknowledgement: LockAcknowledgement) -> tuple[Removal, dict[str, Any]]:
+        """The removal of what `acknowledgement` names (its lock's messages, or those of its
+        keys), and its parameters, the history's outcome and time aside."""
+        parameters: dict[str, Any] = {
+            "queue": acknowledgement.queue,
+            "lock_id": acknowledgement.lock_id,
+        }
+        if acknowledgement.keys is None:
+            return self.statements.leases.lock_acknowledge, parameters
+        parameters["keys"] = list(acknowledgement.keys)
+        return self.statements.leases.keyed_locks.acknowledge, parameters
 
     async def release_locks(
         self, connection: Connection, releases: Sequence[tuple[str, str, int]]

@@ -156,7 +156,7 @@ class MariaDBDialect(Dialect):
             # The server closes connections idle for wait_timeout (8 hours by default).
             "pool_recycle": 3600,
             # No ROLLBACK when a connection goes back to the pool: the store ends every
-            # transaction it begins (Storage._run), so it would be a round trip per
+            # transaction it begins (ThreadedConnections.open), so it would be a round trip per
             # call for nothing. A connection closed mid-transaction still rolls back.
             "pool_reset_on_return": None,
             "connect_args": {

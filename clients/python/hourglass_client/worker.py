@@ -160,7 +160,7 @@ class _Engine:
         self._closing = False
         self._held: dict[str, _Held] = {}
         self._acks: dict[str, list[str]] = {}  # to acknowledge now, by lock
-        # Finished messages, by lock, that the next poll acknowledges on its way (SPEC §15):
+        # Finished messages, by lock, that the next poll acknowledges on its way (the service's decision 21):
         # only while the poll loop is about to send a poll that answers at once
         # (`_acks_ride`); it hands whatever no poll took to `_acks` before it waits again.
         self._riding: dict[str, list[str]] = {}

@@ -525,7 +525,7 @@ def test_polls_out_at_once_stay_within_the_cap_and_the_free_slots(service, queue
     asyncio.run(main())
 
 
-# Acknowledgements on the next poll (SPEC §15)
+# Acknowledgements on the next poll (the service's decision 21)
 
 
 class CountsRequests(httpx.AsyncBaseTransport):
