@@ -179,18 +179,29 @@ _CLAIMS = {
     (limited, many): _claim(limited, many) for limited in (False, True) for many in (False, True)
 }
 
+
+def _unnested(name: str, *columns: tuple[str, str, Any], ordinality: str | None = None) -> Any:
+    """Arrays bound one parameter each, unnested side by side as the rows of `name`: each
+    column (its name, its parameter's, its element type) one array; with `ordinality`, a
+    column of that name numbers the rows in order."""
+    arrays = func.unnest(
+        *(bindparam(parameter, type_=ARRAY(kind)) for _, parameter, kind in columns)
+    )
+    names = [column for column, _, _ in columns]
+    if ordinality is None:
+        return arrays.table_valued(*names).render_derived(name=name)
+    return arrays.table_valued(*names, with_ordinality=ordinality).render_derived(name=name)
+
+
 # A batch's rows as three arrays, one parameter each: PostgreSQL parses one small
 # statement instead of one with six placeholders per row, and the driver adapts
 # three lists instead of 1,200 values (~3x the rows per second of multi-VALUES).
-_batch = (
-    func.unnest(
-        bindparam("keys", type_=ARRAY(String)),
-        bindparam("payloads", type_=ARRAY(LargeBinary)),
-        bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
-        bindparam("priorities", type_=ARRAY(SmallInteger)),
-    )
-    .table_valued("key", "payload", "scheduled_at", "priority")
-    .render_derived(name="batch")
+_batch = _unnested(
+    "batch",
+    ("key", "keys", String),
+    ("payload", "payloads", LargeBinary),
+    ("scheduled_at", "scheduled_ats", BigInteger),
+    ("priority", "priorities", SmallInteger),
 )
 
 
@@ -398,13 +409,7 @@ def _removed_keys(removal: Removal, record: bool) -> Select | ReturningDelete:
 
 # A release with each message due at its own time: the rows (read and locked in this
 # transaction) and their times as two arrays, one statement whatever their number.
-_due = (
-    func.unnest(
-        bindparam("ids", type_=ARRAY(BigInteger)), bindparam("ats", type_=ARRAY(BigInteger))
-    )
-    .table_valued("id", "at")
-    .render_derived(name="due")
-)
+_due = _unnested("due", ("id", "ids", BigInteger), ("at", "ats", BigInteger))
 _release_due = (
     update(queue_table)
     .where(columns.id == _due.c.id, by_lock)
@@ -416,19 +421,15 @@ _release_due = (
 # each whatever their number: each caller's values as one element of arrays, unnested
 # in order ("position"), the rows joined to them. A row matched by two callers' elements
 # (one lock acknowledged twice, say) is changed once; the store gives it to the first.
-_offers = (
-    func.unnest(
-        bindparam("keys", type_=ARRAY(String)),
-        bindparam("queues", type_=ARRAY(String)),
-        bindparam("payloads", type_=ARRAY(LargeBinary)),
-        bindparam("scheduled_ats", type_=ARRAY(BigInteger)),
-        bindparam("nows", type_=ARRAY(BigInteger)),
-        bindparam("priorities", type_=ARRAY(SmallInteger)),
-    )
-    .table_valued(
-        "key", "queue", "payload", "scheduled_at", "now", "priority", with_ordinality="position"
-    )
-    .render_derived(name="offers")
+_offers = _unnested(
+    "offers",
+    ("key", "keys", String),
+    ("queue", "queues", String),
+    ("payload", "payloads", LargeBinary),
+    ("scheduled_at", "scheduled_ats", BigInteger),
+    ("now", "nows", BigInteger),
+    ("priority", "priorities", SmallInteger),
+    ordinality="position",
 )
 # Every caller's new message unless its key is taken (a key offered twice goes in once,
 # as the first: rows go in in the callers' order); the keys that went in, with their queue.
@@ -442,24 +443,18 @@ _insert_offers = _insert_new_keys(
     order_by=_offers.c.position,
     returning=(columns.pKind, columns.pKey),
 )
-_locks = (
-    func.unnest(
-        bindparam("queues", type_=ARRAY(String)),
-        bindparam("lock_ids", type_=ARRAY(String)),
-        bindparam("nows", type_=ARRAY(BigInteger)),
-    )
-    .table_valued("queue", "lock_id", "now")
-    .render_derived(name="locks")
+_locks = _unnested(
+    "locks",
+    ("queue", "queues", String),
+    ("lock_id", "lock_ids", String),
+    ("now", "nows", BigInteger),
 )
-_lock_keys = (
-    func.unnest(
-        bindparam("queues", type_=ARRAY(String)),
-        bindparam("lock_ids", type_=ARRAY(String)),
-        bindparam("keys", type_=ARRAY(String)),
-        bindparam("nows", type_=ARRAY(BigInteger)),
-    )
-    .table_valued("queue", "lock_id", "key", "now")
-    .render_derived(name="lock_keys")
+_lock_keys = _unnested(
+    "lock_keys",
+    ("queue", "queues", String),
+    ("lock_id", "lock_ids", String),
+    ("key", "keys", String),
+    ("now", "nows", BigInteger),
 )
 
 
