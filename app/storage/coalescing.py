@@ -82,6 +82,8 @@ class Coalesced(Generic[I, O]):
         self._patience = patience
         self._running: set[Hashable] = set()  # the groups with a call running
         self._waiting: dict[Hashable, list[_Waiter[I, O]]] = {}  # for the call after it
+        # One timer per line, from its first caller's arrival: one per call, not per caller.
+        self._impatience: dict[Hashable, asyncio.TimerHandle] = {}
 
     async def __call__(self, item: I) -> O:
         group = self._group(item)
@@ -89,14 +91,13 @@ class Coalesced(Generic[I, O]):
             self._running.add(group)
             return await self._lead(group, [_Waiter(item)])
         waiter: _Waiter[I, O] = _Waiter(item)
-        self._waiting.setdefault(group, []).append(waiter)
+        line = self._waiting.setdefault(group, [])
+        line.append(waiter)
+        if len(line) == 1 and self._patience is not None:
+            self._impatience[group] = asyncio.get_running_loop().call_later(
+                self._patience, self._send_alone, group
+            )
         try:
-            if self._patience is not None:
-                await asyncio.wait([waiter.answer], timeout=self._patience)
-                line = self._waiting.get(group, [])
-                if waiter in line:  # still in line: the running call is slow (a locked row?)
-                    line.remove(waiter)
-                    return await self._alone(item)
             answer = await waiter.answer
         except asyncio.CancelledError:
             # Cancelling the task cancels the future it awaits: a waiter still in line is
@@ -160,11 +161,21 @@ class Coalesced(Generic[I, O]):
         A caller cancelled since it got in line, whose task has not yet run to leave it, is
         passed over: its future is cancelled already, and its item goes nowhere."""
         line = self._waiting.pop(group, [])
+        if (timer := self._impatience.pop(group, None)) is not None:
+            timer.cancel()
         batch = [waiter for waiter in line if not waiter.answer.done()]
         if not batch:
             self._running.discard(group)
             return
         batch[0].answer.set_result(_Lead(batch))
+
+    def _send_alone(self, group: Hashable) -> None:
+        """The group's line has waited its patience and the running call goes on (on a row
+        locked from outside, say): every caller in it goes alone, as if it had not waited."""
+        self._impatience.pop(group, None)
+        for waiter in self._waiting.pop(group, []):
+            if not waiter.answer.done():
+                waiter.answer.set_result(_Done(_TRY_ALONE))
 
 
 def _result(answer: asyncio.Future[_Lead[I, O] | _Done[O]]) -> _Lead[I, O] | _Done[O] | None:
