@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest import truncate_all
 from tests.locking import busy_sessions, locked_from_outside
 from tests.server import running_server
 
@@ -88,12 +87,6 @@ class Observed:
 def server(server_url: str):
     with running_server(server_url, HOURGLASS_LOCK_TIMEOUT=str(LOCK_TIMEOUT)) as running:
         yield running.url
-
-
-@pytest.fixture
-def base_url(server: str, server_url: str) -> str:
-    truncate_all(server_url)
-    return server
 
 
 def _offer(client: httpx.Client, queue: str, key: str, payload: object) -> httpx.Response:

@@ -13,34 +13,20 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import truncate_all
 from tests.helpers import history_rows, stored_rows
-from tests.server import running_server
 
 pytestmark = pytest.mark.server_databases
 
 TIMEOUT = 60
 # Longer than any test: a message is never redelivered because its lease ran out.
 LONG_LEASE = 600
-
-
-@pytest.fixture(scope="module")
-def server(server_url: str) -> Iterator[str]:
-    with running_server(server_url) as running:
-        yield running.url
-
-
-@pytest.fixture
-def base_url(server: str, server_url: str) -> str:
-    truncate_all(server_url)
-    return server
 
 
 def _client(base_url: str) -> httpx.Client:

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from tests.conftest import truncate_all
 from tests.helpers import stored_rows
-from tests.server import running_server
 
 pytestmark = pytest.mark.server_databases
 
@@ -25,18 +22,6 @@ pytestmark = pytest.mark.server_databases
 # workers at once, not redelivered after its lease.
 LONG_LEASE = 600
 TIMEOUT = 60
-
-
-@pytest.fixture(scope="module")
-def server(server_url: str) -> Iterator[str]:
-    with running_server(server_url) as running:
-        yield running.url
-
-
-@pytest.fixture
-def base_url(server: str, server_url: str) -> str:
-    truncate_all(server_url)
-    return server
 
 
 def _client(base_url: str) -> httpx.Client:
