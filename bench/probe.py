@@ -14,7 +14,7 @@ here, on --bare-port), the floor of the stack (bench/floor.py, started here on
 the floor's and the service's empty poll and new-key offer, each for --seconds,
 --rounds times in turn. It prints the load average at the start, each one's median
 server CPU per request, its ratio to the bare app's, and the service's to the floor's
-(issue 19: a single offer and an empty poll each at most 1.2x the floor's):
+(the target: a single offer and an empty poll each at most 1.2x the floor's):
 
     python -m bench.probe --port 8181 compare --clients 4 --rounds 5
 
