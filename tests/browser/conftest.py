@@ -116,10 +116,17 @@ def service(request: pytest.FixtureRequest) -> Service:
 def console(browser, service: Service) -> Iterator[Console]:
     """The console against `service`; fails the test on any error the browser logged
     that is the console's (its scripts, its files, an API call no test asked to fail)."""
-    browser.get_log("browser")  # what earlier tests left
+    # An earlier test's page may still be polling a server that has since stopped (pytest
+    # stops a folder's servers whenever a worker runs a test of another folder): leave it
+    # before draining what it logged, so its refusals are not this test's.
+    browser.get("about:blank")
+    browser.get_log("browser")
     page = Console(browser, service)
-    yield page
-    problems = page.problems()
+    try:
+        yield page
+        problems = page.problems()
+    finally:
+        browser.get("about:blank")
     assert not problems, "the browser logged errors:\n" + "\n".join(problems)
 
 
