@@ -6,13 +6,10 @@ from functools import cache
 from importlib.resources import files
 
 from fastapi import APIRouter, FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 STATIC_URL = "/console/static"
-_VENDOR_URL = f"{STATIC_URL}/vendor"
-_FAVICON_URL = f"{STATIC_URL}/favicon.svg"
 
 # The console's pages run only the package's own files: no inline script or style, no
 # other origin, no frames, no plugins. Keys and payloads are user data; with this a
@@ -34,9 +31,10 @@ router = APIRouter(include_in_schema=False)
 
 
 @cache
-def _page() -> str:
-    """The console's one HTML page: its script reads the path and draws the view."""
-    return files(__package__).joinpath("static", "index.html").read_text(encoding="utf-8")
+def _page(*path: str) -> str:
+    """One of the package's HTML pages: the console's (static/index.html), whose script
+    reads the path and draws the view, and the two API docs (pages/)."""
+    return files(__package__).joinpath(*path).read_text(encoding="utf-8")
 
 
 @router.get("/console")
@@ -49,31 +47,19 @@ async def console_redirect() -> RedirectResponse:
 async def console_page(page: str = "") -> HTMLResponse:
     # Every path under /console/ is the same page: the queue and the key are read from
     # the address by the script, so a key holding `/` or spaces needs no route of its own.
-    return HTMLResponse(_page(), headers=_PAGE_HEADERS)
+    return HTMLResponse(_page("static", "index.html"), headers=_PAGE_HEADERS)
 
 
 @router.get("/docs")
 async def swagger_ui() -> HTMLResponse:
-    return get_swagger_ui_html(
-        openapi_url="/openapi.json",
-        title="Hourglass API",
-        swagger_js_url=f"{_VENDOR_URL}/swagger-ui/swagger-ui-bundle.js",
-        swagger_css_url=f"{_VENDOR_URL}/swagger-ui/swagger-ui.css",
-        swagger_favicon_url=_FAVICON_URL,
-        # No badge fetched from validator.swagger.io: the docs reach no other host.
-        swagger_ui_parameters={"validatorUrl": None},
-    )
+    # Swagger UI is started by static/docs/swagger-ui.js, not by an inline script.
+    return HTMLResponse(_page("pages", "swagger-ui.html"))
 
 
 @router.get("/redoc")
 async def redoc() -> HTMLResponse:
-    return get_redoc_html(
-        openapi_url="/openapi.json",
-        title="Hourglass API",
-        redoc_js_url=f"{_VENDOR_URL}/redoc/redoc.standalone.js",
-        redoc_favicon_url=_FAVICON_URL,
-        with_google_fonts=False,
-    )
+    # ReDoc is started by static/docs/redoc.js.
+    return HTMLResponse(_page("pages", "redoc.html"))
 
 
 def install_console(app: FastAPI) -> None:
