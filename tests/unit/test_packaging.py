@@ -47,7 +47,7 @@ def test_the_package_data_lists_every_console_file():
         for path in CONSOLE.glob(pattern)
         if path.is_file()
     }
-    assert {"static/index.html", "static/js/main.js", "static/console.css"} <= _console_files()
+    assert {"pages/console.html", "static/js/main.js", "static/console.css"} <= _console_files()
     assert _console_files() <= listed, (
         f"missing from [tool.setuptools.package-data] app.console: {_console_files() - listed}"
     )

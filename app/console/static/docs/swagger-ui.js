@@ -1,5 +1,5 @@
 // /docs: Swagger UI on the service's own schema. A file of its own, not an inline script,
-// so that the page can run under a Content-Security-Policy that refuses inline script.
+// so that the page runs under the pages' Content-Security-Policy (app/console/policy.py).
 // Loaded with `defer` after the bundle: the page is parsed and SwaggerUIBundle defined.
 "use strict";
 
