@@ -18,6 +18,7 @@ from app.api.openapi import install_openapi
 from app.api.routes import cron, health, history, locks, messages, queues
 from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.console.policy import PAGE_HEADERS
 from app.console.routes import install_console
 from app.cron.manager import cron_manager
 from app.cron.service import CronService
@@ -180,11 +181,13 @@ def create_app(
     )
     app.state.settings = settings
     app.state.metrics = Metrics(clock=clock, multiprocess_dir=metrics_dir)
-    # Request ids, durations and body limits: one layer (app/api/edge.py).
+    # Request ids, durations, body limits and the headers of pages: one layer
+    # (app/api/edge.py).
     app.add_middleware(
         RequestEdge,
         histogram=app.state.metrics.http_duration,
         limits=BodyLimits(settings.max_request_bytes),
+        page_headers=PAGE_HEADERS,
     )
     # Outermost: before anything is read.
     if metrics_tokens := parse_metrics_tokens(settings.metrics_tokens):

@@ -6,7 +6,8 @@ nine around the router (bench/RESULTS.md, issue 19); here there are four:
 
 - Starlette's ServerErrorMiddleware: an unexpected error is a problem+json 500;
 - `RequestEdge`, Hourglass's own, in one layer: the request id (below), the request's
-  duration by route (below) and the body's bounds (app/api/limits.py); the bearer
+  duration by route (below), the body's bounds (app/api/limits.py) and the headers
+  that keep a browser from running what it should not (below); the bearer
   tokens stay layers of their own, outside it, and exist only when tokens are
   configured (app/api/auth.py);
 - Starlette's ExceptionMiddleware: the app's error handlers (app/api/errors.py);
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -99,15 +101,45 @@ class HourglassApi(FastAPI):
         return ServerErrorMiddleware(app, handler=error_handler, debug=self.debug)
 
 
+# Every answer that passes here, a JSON body or a file, is read as the type it says it is:
+# never sniffed into HTML (and so into a page that runs script) by a browser that opens
+# it. And every answer a browser renders as a page that may run script, HTML or an SVG
+# opened by itself, gets each of the page headers the app was given that it does not
+# carry already, whichever route, file or error it comes from: no route has to remember
+# them. A route sets one itself only to say more (/redoc's policy: a nonce for its
+# styles, app/console/policy.py), and tests/api/test_pages.py holds every page to them.
+NO_SNIFFING = (b"x-content-type-options", b"nosniff")
+_PAGE_TYPES = (b"text/html", b"image/svg+xml")
+
+
+def is_page(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer with `headers` is one a browser renders as a page with scripts."""
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() in _PAGE_TYPES
+    return False
+
+
 class RequestEdge:
     """ASGI middleware: for every HTTP request, its id (set for its log lines and echoed as
-    `X-Request-ID`), its duration observed in `histogram{method,route,status}`, and its
-    body held to `limits`; one wrapper around `send` and one around `receive`."""
+    `X-Request-ID`), its duration observed in `histogram{method,route,status}`, its body
+    held to `limits`, `X-Content-Type-Options: nosniff`, and on a page `page_headers`; one
+    wrapper around `send` and one around `receive`."""
 
-    def __init__(self, app: ASGIApp, histogram: Histogram, limits: BodyLimits) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        histogram: Histogram,
+        limits: BodyLimits,
+        page_headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.app = app
         self.histogram = histogram
         self.limits = limits
+        self.page_headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in (page_headers or {}).items()
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,7 +155,9 @@ class RequestEdge:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), id_header]
+                headers = message.get("headers", [])
+                added = self._page_headers_missing(headers) if self.page_headers else ()
+                message["headers"] = [*headers, id_header, NO_SNIFFING, *added]
             await send(message)
 
         try:
@@ -134,3 +168,12 @@ class RequestEdge:
         finally:
             observe(self.histogram, scope, status, time.perf_counter() - started)
             current_request_id.reset(token)
+
+    def _page_headers_missing(
+        self, headers: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        """The page headers an answer with `headers` lacks, if it is a page; else none."""
+        if not is_page(headers):
+            return []
+        present = {name.lower() for name, _ in headers}
+        return [header for header in self.page_headers if header[0] not in present]

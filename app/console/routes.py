@@ -2,41 +2,29 @@
 
 from __future__ import annotations
 
+import secrets
 from functools import cache
 from importlib.resources import files
 
 from fastapi import APIRouter, FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-STATIC_URL = "/console/static"
-_VENDOR_URL = f"{STATIC_URL}/vendor"
-_FAVICON_URL = f"{STATIC_URL}/favicon.svg"
+from app.console.policy import redoc_policy
 
-# The console's pages run only the package's own files: no inline script or style, no
-# other origin, no frames, no plugins. Keys and payloads are user data; with this a
-# slip that let one be read as HTML still could not run it.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
-    "form-action 'self'"
-)
-_PAGE_HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    # The page is the same for every path and small; its scripts are cached apart.
-    "Cache-Control": "no-cache",
-}
+STATIC_URL = "/console/static"
+
+# The pages are small and the same for every path; their scripts are cached apart.
+_PAGE_CACHING = {"Cache-Control": "no-cache"}
 
 router = APIRouter(include_in_schema=False)
 
 
 @cache
-def _page() -> str:
-    """The console's one HTML page: its script reads the path and draws the view."""
-    return files(__package__).joinpath("static", "index.html").read_text(encoding="utf-8")
+def _page(name: str) -> str:
+    """One of the package's HTML pages (app/console/pages/): the console's, whose script
+    reads the path and draws the view, and the two API docs."""
+    return files(__package__).joinpath("pages", name).read_text(encoding="utf-8")
 
 
 @router.get("/console")
@@ -49,35 +37,32 @@ async def console_redirect() -> RedirectResponse:
 async def console_page(page: str = "") -> HTMLResponse:
     # Every path under /console/ is the same page: the queue and the key are read from
     # the address by the script, so a key holding `/` or spaces needs no route of its own.
-    return HTMLResponse(_page(), headers=_PAGE_HEADERS)
+    # (/console/static/… is the files' mount, matched first.)
+    return HTMLResponse(_page("console.html"), headers=_PAGE_CACHING)
 
 
 @router.get("/docs")
 async def swagger_ui() -> HTMLResponse:
-    return get_swagger_ui_html(
-        openapi_url="/openapi.json",
-        title="Hourglass API",
-        swagger_js_url=f"{_VENDOR_URL}/swagger-ui/swagger-ui-bundle.js",
-        swagger_css_url=f"{_VENDOR_URL}/swagger-ui/swagger-ui.css",
-        swagger_favicon_url=_FAVICON_URL,
-        # No badge fetched from validator.swagger.io: the docs reach no other host.
-        swagger_ui_parameters={"validatorUrl": None},
-    )
+    # Swagger UI is started by static/docs/swagger-ui.js, not by an inline script.
+    return HTMLResponse(_page("swagger-ui.html"), headers=_PAGE_CACHING)
 
 
 @router.get("/redoc")
 async def redoc() -> HTMLResponse:
-    return get_redoc_html(
-        openapi_url="/openapi.json",
-        title="Hourglass API",
-        redoc_js_url=f"{_VENDOR_URL}/redoc/redoc.standalone.js",
-        redoc_favicon_url=_FAVICON_URL,
-        with_google_fonts=False,
-    )
+    # ReDoc is started by static/docs/redoc.js, which hands it the answer's style nonce.
+    nonce = secrets.token_urlsafe(18)
+    page = _page("redoc.html").replace("{style_nonce}", nonce)
+    policy = {"Content-Security-Policy": redoc_policy(nonce)}
+    return HTMLResponse(page, headers={**_PAGE_CACHING, **policy})
 
 
 def install_console(app: FastAPI) -> None:
     """Serve the console and the docs on `app` (created with docs_url=None, redoc_url=None)."""
-    # The files first: the console's catch-all page would answer their paths too.
+    # The files first: the console's catch-all page would answer their paths too. The
+    # pages are not among them (they are in pages/, not static/): a page is served at its
+    # own address only. /console/static/index.html, the console's page served from here
+    # once, is a 404 rather than a redirect to /console/: no link leads there, and a file
+    # of static/ answers at more spellings than one (StaticFiles resolves `js/../x`), so
+    # the page is kept out of the folder rather than turned away at one of them.
     app.mount(STATIC_URL, StaticFiles(packages=[(__package__, "static")]), name="console-static")
     app.include_router(router)

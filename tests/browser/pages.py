@@ -38,6 +38,25 @@ NOBODYS_GLOB = "nobody-*"
 # came back is noticed by the pool within a few more.
 WAIT_SECONDS = 15
 
+# Inline script as an injection would bring it: an element, and an event handler (on an
+# image that fails at once, from data: so that nothing is fetched). Each says it ran;
+# the page's policy reports what it refused.
+_INJECT = """
+const seen = (window.__injection = { ran: [], refused: [] });
+document.addEventListener("securitypolicyviolation", (event) => {
+  seen.refused.push(event.effectiveDirective);
+});
+const script = document.createElement("script");
+script.textContent = "window.__injection.ran.push('script element')";
+document.body.append(script);
+const image = document.createElement("img");
+image.setAttribute("onerror", "window.__injection.ran.push('event handler')");
+image.setAttribute("src", "data:,");
+document.body.append(image);
+"""
+# How Chromium logs a refusal of inline script (an element or an event handler).
+_INLINE_REFUSED = re.compile(r"inline (script|event handler)\b.*Content Security Policy")
+
 _FAILED_LOAD = re.compile(
     r"^(?P<url>\S+) - Failed to load resource: the server responded with a status of (?P<status>\d+)"
 )
@@ -100,6 +119,8 @@ class Console:
         # API statuses this test makes happen on purpose (a 401 before a token, a 404 for
         # a missing message, 503 while the database is away): not faults of the console.
         self.expected_statuses: set[int] = set()
+        # Whether this test injects inline script, which the pages' policy refuses.
+        self.refusals_expected = False
 
     def expect_api_errors(self, *statuses: int) -> None:
         self.expected_statuses.update(statuses)
@@ -241,6 +262,21 @@ class Console:
         self.wait(lambda: not self.find_all("dialog#confirm[open]"), "the dialog stays open")
         return question
 
+    def inject_inline_script(self) -> dict[str, Any]:
+        """Put inline script into the page as injected markup would bring it, a `<script>`
+        element and an `onerror` handler; once both have run or been refused, what ran
+        (`ran`: the names of those that did) and what the page's policy refused
+        (`refused`: the directives it named)."""
+        self.refusals_expected = True
+        self.driver.execute_script(_INJECT)
+        return self.wait(
+            lambda: self.driver.execute_script(
+                "const seen = window.__injection;"
+                "return seen.ran.length + seen.refused.length >= 2 ? seen : null"
+            ),
+            "the injected script neither ran nor was refused",
+        )
+
     # -- what the page did ------------------------------------------------------------------
 
     def alert_shown(self) -> bool:
@@ -252,10 +288,13 @@ class Console:
 
     def problems(self) -> list[str]:
         """What the browser logged as SEVERE that is the console's fault: its scripts'
-        errors, CSP refusals, files that failed to load, and /v1 answers no test asked for."""
+        errors, CSP refusals (bar those of script the test injected), files that failed to
+        load, and /v1 answers no test asked for."""
         problems = []
         for entry in self.driver.get_log("browser"):
             if entry["level"] != "SEVERE":
+                continue
+            if self.refusals_expected and _INLINE_REFUSED.search(entry["message"]):
                 continue
             failed = _FAILED_LOAD.match(entry["message"]) if entry["source"] == "network" else None
             ours = failed and failed["url"].startswith(f"{self.service.url}/v1/")

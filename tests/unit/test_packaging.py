@@ -1,6 +1,6 @@
 """The wheel carries every package of `app` (pyproject.toml lists them by hand), and the
-console's files (its page, scripts, styles, and the docs' vendored assets with their
-licences), which the service serves from the installed package."""
+console's files (its pages and the docs', scripts, styles, and the docs' vendored assets
+with their licences), which the service serves from the installed package."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ def _setuptools() -> dict:
 
 
 def _console_files() -> set[str]:
-    """Every file under app/console/static, relative to app/console."""
+    """Every file under app/console/pages and app/console/static, relative to app/console."""
     return {
         path.relative_to(CONSOLE).as_posix()
-        for path in (CONSOLE / "static").rglob("*")
+        for folder in ("pages", "static")
+        for path in (CONSOLE / folder).rglob("*")
         if path.is_file()
     }
 
@@ -46,7 +47,7 @@ def test_the_package_data_lists_every_console_file():
         for path in CONSOLE.glob(pattern)
         if path.is_file()
     }
-    assert {"static/index.html", "static/js/main.js", "static/console.css"} <= _console_files()
+    assert {"pages/console.html", "static/js/main.js", "static/console.css"} <= _console_files()
     assert _console_files() <= listed, (
         f"missing from [tool.setuptools.package-data] app.console: {_console_files() - listed}"
     )
