@@ -63,8 +63,15 @@ def _table_rows(url: str, table, order_by) -> list[dict[str, Any]]:
         engine.dispose()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait until `condition()` holds, failing after `timeout` seconds.
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    *,
+    details: Callable[[], object] | None = None,
+) -> None:
+    """Wait until `condition()` holds, failing after `timeout` seconds; the failure's
+    message says what `details()` returns then (what still stands in the way).
 
     Only for states of another process that send no event: a statement of the
     database server waiting on a lock, a killed process's connections closing.
@@ -72,7 +79,9 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     """
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            found = f": {details()}" if details is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{found}")
         time.sleep(0.01)
 
 

@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from sqlalchemy.engine import make_url
 
 from app.config import normalize_database_url
 from app.domain.messages import IfExists, Offer
-from app.pipeline import BATCH_SIZE, transforms
+from app.pipeline import BATCH_SIZE, IMPORT_APPLICATION_NAME, transforms
 from app.pipeline.rows import Reason
 
 
@@ -96,8 +97,10 @@ def run_import(
     rows = transforms.co_locate(normalized, 1 if database_url.startswith("sqlite") else partitions)
     seen = spark.sparkContext.accumulator(0)
     written = spark.sparkContext.accumulator(0)
+    # The executors' sessions are named, so an operator (or a test) tells them apart.
+    sessions_url = named_for_import(database_url)
     work = _check_and_write(
-        database_url, if_exists, now_ms, max_payload_bytes, batch_size, seen, written
+        sessions_url, if_exists, now_ms, max_payload_bytes, batch_size, seen, written
     )
     # One action runs the pass: its output (the rejects, and one row of counts per
     # partition) goes to a scratch dataset, read back below.
@@ -138,6 +141,17 @@ def run_import(
     if counts.created + counts.updated + counts.ignored + counts.rejected != counts.rows:
         raise RuntimeError(f"the counts do not add up: {counts}")
     return counts
+
+
+def named_for_import(database_url: str) -> str:
+    """`database_url` with IMPORT_APPLICATION_NAME as its sessions' application_name on
+    PostgreSQL (which psycopg, and so the storage's connections, take from the URL's
+    query); as it is when it names one itself, or on another database."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "postgresql" or "application_name" in url.query:
+        return database_url
+    named = url.update_query_dict({"application_name": IMPORT_APPLICATION_NAME})
+    return named.render_as_string(hide_password=False)
 
 
 _COUNTS = ("seen", "created", "updated", "ignored")

@@ -5,7 +5,11 @@ valid row is scheduled exactly once.
 input's greatest key, so the import's INSERT of that key's chunk waits on the
 test's lock. Keys are sorted within each partition, so that chunk is the last of
 its partition, and the chunks before it have been written. The import is killed
-while it waits, and its waiting statement is cancelled with it."""
+while it waits, and its waiting statement is cancelled with it.
+
+The database is the run's, shared by every test of this process, so the test waits for
+the import's own sessions (by their application_name) to end, not for the database to
+have no other session: a server, a pool or an engine of another test may still be there."""
 
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection
 
+from app.pipeline import IMPORT_APPLICATION_NAME
 from tests.conftest import truncate_all
 from tests.helpers import wait_until
 
@@ -49,6 +55,32 @@ def _command(path: str, url: str) -> list[str]:
         "--batch-size",
         "1000",
     ]
+
+
+# What a session is doing, as pg_stat_activity says, for the waits and their failures.
+_SESSIONS = (
+    "SELECT pid, application_name, state, wait_event_type, backend_start, query "
+    "FROM pg_stat_activity WHERE datname = current_database() "
+    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+)
+
+
+def _sessions(connection: Connection) -> list[dict]:
+    """The other sessions of the database: the import's and any other test's."""
+    return [dict(row) for row in connection.execute(text(_SESSIONS)).mappings()]
+
+
+def _import_sessions(connection: Connection) -> list[dict]:
+    """The sessions the import opened: its application_name says so."""
+    return [
+        session
+        for session in _sessions(connection)
+        if session["application_name"] == IMPORT_APPLICATION_NAME
+    ]
+
+
+def _waiting_on_a_lock(sessions: list[dict]) -> list[dict]:
+    return [session for session in sessions if session["wait_event_type"] == "Lock"]
 
 
 def _stored(url: str) -> tuple[int, int]:
@@ -83,6 +115,11 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(
         path,
     )
     engine = create_engine(postgresql_url)
+
+    def sessions() -> list[dict]:  # what a failed wait reports
+        with engine.connect() as watcher:
+            return _sessions(watcher)
+
     try:
         with engine.connect() as holder:
             holder.execute(
@@ -105,18 +142,14 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(
                 def import_waits_on_the_lock() -> bool:
                     assert first.poll() is None, "the import ended while the key was held"
                     with engine.connect() as watcher:
-                        return bool(
-                            watcher.execute(
-                                text(
-                                    "SELECT count(*) FROM pg_stat_activity "
-                                    "WHERE datname = current_database() "
-                                    "AND wait_event_type = 'Lock' AND pid <> :holder"
-                                ),
-                                {"holder": holder.connection.dbapi_connection.info.backend_pid},
-                            ).scalar()
-                        )
+                        return bool(_waiting_on_a_lock(_import_sessions(watcher)))
 
-                wait_until(import_waits_on_the_lock, STARTUP_TIMEOUT, "the import to reach the key")
+                wait_until(
+                    import_waits_on_the_lock,
+                    STARTUP_TIMEOUT,
+                    "the import to reach the key",
+                    details=sessions,
+                )
                 os.killpg(first.pid, signal.SIGKILL)
             finally:
                 if first.poll() is None:
@@ -124,31 +157,23 @@ def test_an_import_killed_half_way_and_run_again_schedules_each_row_once(
                 first.wait(60)
             # The killed import's waiting INSERT must not commit once the key is free.
             with engine.connect() as watcher:
-                watcher.execute(
-                    text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock' "
-                        "AND pid <> :holder"
-                    ),
-                    {"holder": holder.connection.dbapi_connection.info.backend_pid},
-                )
+                for session in _waiting_on_a_lock(_import_sessions(watcher)):
+                    watcher.execute(
+                        text("SELECT pg_terminate_backend(:pid)"), {"pid": session["pid"]}
+                    )
             holder.rollback()
 
-            def only_the_test_is_connected() -> bool:  # the killed import's backends are gone
+            def the_import_is_disconnected() -> bool:
                 with engine.connect() as watcher:
-                    return (
-                        watcher.execute(
-                            text(
-                                "SELECT count(*) FROM pg_stat_activity "
-                                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                                "AND pid <> :holder AND backend_type = 'client backend'"
-                            ),
-                            {"holder": holder.connection.dbapi_connection.info.backend_pid},
-                        ).scalar()
-                        == 0
-                    )
+                    return not _import_sessions(watcher)
 
-            wait_until(only_the_test_is_connected, 60, "the import's connections to close")
+            # A killed client's idle session ends when the server reads the closed socket.
+            wait_until(
+                the_import_is_disconnected,
+                60,
+                "the import's connections to close",
+                details=sessions,
+            )
     finally:
         engine.dispose()
     written, _ = _stored(postgresql_url)

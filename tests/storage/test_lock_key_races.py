@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
 
 from app.config import Settings
 from app.domain.messages import Offer
@@ -44,8 +45,9 @@ def _poll(store: Storage, lock_id: str, now: int, limit: int = 10) -> list[str]:
     return [delivery.message.key for delivery in claim.deliveries]
 
 
-def _waiting_on_a_row_lock(url: str) -> Callable[[], bool]:
-    """Whether a session of the database of `url` waits for a row lock another holds."""
+def _waiting_on_a_row_lock(engine: Engine, url: str) -> Callable[[], bool]:
+    """Whether a session of the database of `url` waits for a row lock another holds, asked
+    on a connection of `engine`."""
     if database_name(url) == "postgresql":
         query = (
             "SELECT count(*) FROM pg_stat_activity "
@@ -53,10 +55,9 @@ def _waiting_on_a_row_lock(url: str) -> Callable[[], bool]:
         )
     else:
         query = "SELECT count(*) FROM information_schema.innodb_lock_waits"
-    watcher = create_engine(url)
 
     def waiting() -> bool:
-        with watcher.connect() as connection:
+        with engine.connect() as connection:
             return bool(connection.execute(text(query)).scalar())
 
     return waiting
@@ -67,26 +68,33 @@ def _while_a_new_poll_holds(url: str, key: str, call: Callable[[], Any]) -> list
     delivery, as a poll's claim does) without committing yet; commit once `call` waits
     for that row; what `call` returned."""
     quote = '"' if database_name(url) == "postgresql" else "`"
-    side = create_engine(url).connect()
+    # Disposed at the end: an engine left to the garbage collector keeps its pooled
+    # connections open until a collection happens to run, into later tests of this
+    # process, which share the database (tests/concurrency/test_import_crash.py counted
+    # them once as a killed import's).
+    engine = create_engine(url)
     answers: list[Any] = []
     try:
-        side.execute(
-            text(
-                f"UPDATE delayed_queue SET {quote}lockUuid{quote} = 'new-lock', "
-                f"{quote}scheduledAt{quote} = :until, "
-                f"{quote}deliveries{quote} = {quote}deliveries{quote} + 1 "
-                f"WHERE {quote}pKey{quote} = :key"
-            ),
-            {"until": EXPIRED + LEASE_MS, "key": key},
-        )  # not committed: the poll's transaction is under way
-        worker = threading.Thread(target=lambda: answers.append(call()))
-        worker.start()
-        wait_until(_waiting_on_a_row_lock(url), 10, "the call to wait on the re-polled row")
-        side.commit()
-        worker.join(10)
-        assert not worker.is_alive()
+        with engine.connect() as side:
+            side.execute(
+                text(
+                    f"UPDATE delayed_queue SET {quote}lockUuid{quote} = 'new-lock', "
+                    f"{quote}scheduledAt{quote} = :until, "
+                    f"{quote}deliveries{quote} = {quote}deliveries{quote} + 1 "
+                    f"WHERE {quote}pKey{quote} = :key"
+                ),
+                {"until": EXPIRED + LEASE_MS, "key": key},
+            )  # not committed: the poll's transaction is under way
+            worker = threading.Thread(target=lambda: answers.append(call()))
+            worker.start()
+            wait_until(
+                _waiting_on_a_row_lock(engine, url), 10, "the call to wait on the re-polled row"
+            )
+            side.commit()
+            worker.join(10)
+            assert not worker.is_alive()
     finally:
-        side.close()
+        engine.dispose()
     return answers
 
 
