@@ -51,7 +51,8 @@ def test_an_acknowledgement_records_only_what_it_deleted(store, mariadb_url):
     claim = store.leases.poll("q", 1, "old-lock", START_MS + 1_000, START_MS)
     assert [delivery.message.key for delivery in claim.deliveries] == ["k"]
 
-    side = create_engine(mariadb_url).connect()
+    engine = create_engine(mariadb_url)  # disposed below: its connections end with the test
+    side = engine.connect()
     try:
         side.execute(text("UPDATE delayed_queue SET `lockUuid` = 'new-lock'"))  # not committed
         acknowledged: list[int] = []
@@ -59,7 +60,7 @@ def test_an_acknowledgement_records_only_what_it_deleted(store, mariadb_url):
             target=lambda: acknowledged.append(store.leases.acknowledge("q", "old-lock", START_MS))
         )
         ack.start()
-        with create_engine(mariadb_url).connect() as watcher:
+        with engine.connect() as watcher:
             wait_until(
                 lambda: bool(
                     watcher.execute(
@@ -73,6 +74,7 @@ def test_an_acknowledgement_records_only_what_it_deleted(store, mariadb_url):
         ack.join(10)
     finally:
         side.close()
+        engine.dispose()
     assert acknowledged == [0]
     assert history_rows(mariadb_url) == []
     assert [row["lockUuid"] for row in stored_rows(mariadb_url)] == ["new-lock"]
