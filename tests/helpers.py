@@ -69,9 +69,11 @@ def wait_until(
     what: str,
     *,
     details: Callable[[], object] | None = None,
+    every: float = 0.01,
 ) -> None:
-    """Wait until `condition()` holds, failing after `timeout` seconds; the failure's
-    message says what `details()` returns then (what still stands in the way).
+    """Wait until `condition()` holds, asked `every` so many seconds, failing after
+    `timeout` seconds; the failure's message says what `details()` returns then (what
+    still stands in the way).
 
     Only for states of another process that send no event: a statement of the
     database server waiting on a lock, a killed process's connections closing.
@@ -82,7 +84,7 @@ def wait_until(
         if time.monotonic() >= deadline:
             found = f": {details()}" if details is not None else ""
             raise AssertionError(f"timed out waiting for {what}{found}")
-        time.sleep(0.01)
+        time.sleep(every)
 
 
 # Rows made on the server itself, n = 1..count: PostgreSQL's generate_series, a

@@ -30,6 +30,7 @@ from app.domain.pages import (
     ListState,
     MessagePage,
 )
+from app.domain.table_health import TableHealth
 
 
 class Messages(Protocol):
@@ -114,6 +115,10 @@ class History(Protocol):
     async def prune(self, before: int, batch: int) -> int: ...
 
 
+class TableHealthReads(Protocol):
+    async def read(self) -> TableHealth: ...
+
+
 class Lists(Protocol):
     async def messages(
         self,
@@ -159,6 +164,9 @@ class QueueStorage(Protocol):
 
     @property
     def history(self) -> History: ...
+
+    @property
+    def table_health(self) -> TableHealthReads: ...
 
     async def schema_revision(self) -> str | None: ...
 

@@ -49,6 +49,7 @@ from app.domain.messages import (
 )
 from app.domain.payloads import encode_payload
 from app.domain.push import target_problem
+from app.domain.table_health import TableHealth
 from app.queue.notifier import Notifier
 from app.queue.ports import QueueEvents, QueueStorage, Unobserved
 from app.storage.calls import StorageCalls
@@ -456,6 +457,10 @@ class QueueService:
 
     async def list_queues(self) -> list[QueueStats]:
         return await self.calls.run(partial(self.storage.messages.all_stats, self.clock.now_ms()))
+
+    async def table_health(self) -> TableHealth:
+        """What the database tells of its upkeep of the message and history tables."""
+        return await self.calls.run(self.storage.table_health.read)
 
     async def purge(self, queue: str, confirm: str | None) -> int:
         """Delete every message of the queue, if `confirm` repeats its name."""

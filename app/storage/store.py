@@ -3,8 +3,9 @@
 `storage.messages` (offers, reads, deletes, stats, purges), `storage.leases`
 (polls, dead letters, redrive, acknowledge, extend, release), `storage.cron`
 (cron entries and their runs), `storage.settings` (each queue's own settings),
-`storage.history` (its upkeep) and `storage.lists` (pages of messages and of
-history). Their methods take the current time as an
+`storage.history` (its upkeep), `storage.lists` (pages of messages and of
+history) and `storage.table_health` (what the database tells of its upkeep of the
+tables). Their methods take the current time as an
 argument, return frozen domain objects, never rows, and raise the domain's
 exceptions, never a driver's. Each service sees the rooms it uses through its
 ports (app/queue/ports.py, app/cron/ports.py).
@@ -24,6 +25,7 @@ from app.storage.messages import SqlMessages
 from app.storage.queue_settings import SqlSettings
 from app.storage.runner import Runner
 from app.storage.statements.common import schema_revision
+from app.storage.table_health import SqlTableHealth
 
 
 class Storage:
@@ -44,6 +46,7 @@ class Storage:
         self.settings = SqlSettings(self.runner, dialect)
         self.history = SqlHistory(self.runner, dialect)
         self.lists = SqlLists(self.runner, dialect)
+        self.table_health = SqlTableHealth(self.runner, dialect)
 
     async def schema_revision(self) -> str | None:
         """The Alembic revision the database is at, or None before the first migration."""

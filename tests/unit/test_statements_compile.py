@@ -187,10 +187,13 @@ def test_every_statement_of_a_dialect_module_compiles_for_it(dialect, statement)
 def test_what_no_room_shares_every_dialect_gives():
     # A shared None (messages' offer_insert: each database says "unless the key is
     # taken" its own way) is a statement every dialect must give; a dialect's None is
-    # one it never runs (PostgreSQL's select-then-update claim, done by its `claims`).
+    # one it never runs (PostgreSQL's select-then-update claim, done by its `claims`),
+    # and a room's OPTIONAL ones are readings a database may not have (the tables'
+    # health: SQLite tells nothing of it).
     for room, module in ROOMS.items():
+        optional = getattr(module, "OPTIONAL", frozenset())
         for name in module.__all__:
-            if getattr(module, name) is None:
+            if getattr(module, name) is None and name not in optional:
                 for dialect, (cls, _module) in DIALECTS.items():
                     given = getattr(getattr(cls.statements, room), name)
                     assert given is not None, f"{dialect} gives no {room}.{name}"
@@ -199,7 +202,7 @@ def test_what_no_room_shares_every_dialect_gives():
 def test_postgresql_runs_no_shared_statement_its_direct_path_cannot():
     # Each statement PostgreSQL resolves, shared or its own, compiles on its direct
     # path (the parametrised tests above); what it does not run is None, and only the
-    # select-then-update claim is.
+    # select-then-update claim is, and InnoDB's undo history, which PostgreSQL has not.
     leases = postgresql.PostgreSQLDialect.statements.leases
     assert leases.claims and set(leases.claims) == set(itertools.product((False, True), repeat=2))
     never_run = {
@@ -212,6 +215,23 @@ def test_postgresql_runs_no_shared_statement_its_direct_path_cannot():
         "leases.claim_candidates",
         "leases.claim_update",
         "leases.claim_update_limited",
+        "table_health.undo_history",
+    }
+
+
+def test_each_database_reads_the_tables_health_it_has():
+    # PostgreSQL: its statistics and every holder of vacuum; MariaDB: InnoDB's purge;
+    # SQLite: nothing (docs/decisions/0024-table-health.md).
+    given = {
+        dialect: {
+            name for name, value in vars(cls.statements.table_health).items() if value is not None
+        }
+        for dialect, (cls, _module) in DIALECTS.items()
+    }
+    assert given == {
+        "postgresql": {"table_vacuums", "vacuum_holders"},
+        "mariadb": {"vacuum_holders", "undo_history"},
+        "sqlite": set(),
     }
 
 

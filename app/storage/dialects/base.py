@@ -370,6 +370,11 @@ class Dialect:
         its transaction) was given up: the connection serves on."""
         return False
 
+    def is_refused(self, error: BaseException) -> bool:
+        """The session's user may not read what the statement reads (a view of the server's
+        own state that needs a privilege the service's user need not have)."""
+        return False
+
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         """Why opening a connection failed, in the driver's words, and whether nothing
         answered (nothing listens, an unknown host, a server starting up: worth waiting

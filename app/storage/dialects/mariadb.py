@@ -21,7 +21,19 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import Select, bindparam, delete, event, func, select
+from sqlalchemy import (
+    Select,
+    bindparam,
+    column,
+    delete,
+    event,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    table,
+)
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
@@ -49,6 +61,9 @@ _LOCK_WAIT_TIMEOUT = 1205
 _DEADLOCK = 1213
 _NO_SUCH_TABLE = 1146
 _STATEMENT_TIME = 1969
+# The session's user lacks a privilege the statement needs (PROCESS, for the views of
+# InnoDB's transactions and metrics), or may not read a table or a column.
+_REFUSED = {1142, 1143, 1227}
 # The server cannot serve now (503): access denied or no such database (a server
 # being set up or moved), too many connections (in all, or for this user), the
 # server shutting down or read-only, a statement or connection killed or timed
@@ -75,6 +90,36 @@ _SESSION = (
     "lock_wait_timeout = {lock_wait}, max_statement_time = {statement}"
 )
 
+_innodb_transactions = table(
+    "INNODB_TRX",
+    column("trx_started"),
+    column("trx_mysql_thread_id"),
+    schema="information_schema",
+)
+_innodb_metrics = table(
+    "INNODB_METRICS", column("NAME"), column("COUNT"), schema="information_schema"
+)
+# What holds back InnoDB's purge: the oldest transaction open (its read view keeps the
+# undo log of every later one), this read's own left out. One row even when none is open;
+# InnoDB counts no transaction ages (a read-only transaction's id is made up).
+_vacuum_holders = select(
+    literal("transaction").label("kind"),
+    func.coalesce(
+        func.max(
+            func.timestampdiff(
+                literal_column("SECOND"), _innodb_transactions.c.trx_started, func.now()
+            )
+        ),
+        0,
+    ).label("seconds"),
+    null().label("transactions"),
+    null().label("horizon"),
+).where(_innodb_transactions.c.trx_mysql_thread_id != func.connection_id())
+# Purge's lag: undo log records of committed transactions not yet purged (the history
+# list), which grows while an old read view holds them.
+_undo_history = select(_innodb_metrics.c.COUNT).where(
+    _innodb_metrics.c.NAME == "trx_rseg_history_len"
+)
 
 STATEMENTS: Variants = {
     "messages": {
@@ -112,6 +157,8 @@ STATEMENTS: Variants = {
         # messages read every ready one first (decision 13).
         "list_reads": ListReads(expanded=True, forced=True),
     },
+    # InnoDB's purge: what holds it back, and how far behind it is.
+    "table_health": {"vacuum_holders": _vacuum_holders, "undo_history": _undo_history},
 }
 
 
@@ -364,6 +411,9 @@ class MariaDBDialect(Dialect):
     def is_bound_reached(self, error: BaseException) -> bool:
         # A row lock's wait, and max_statement_time.
         return _code(error) in (_LOCK_WAIT_TIMEOUT, _STATEMENT_TIME)
+
+    def is_refused(self, error: BaseException) -> bool:
+        return _code(error) in _REFUSED
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         arguments: tuple[Any, ...] = getattr(error.orig, "args", ())

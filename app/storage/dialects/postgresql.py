@@ -48,6 +48,7 @@ from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Finish, Offer
 from app.storage import claims
 from app.storage.connection import Connection
+from app.storage.dialects import postgresql_health
 from app.storage.dialects.base import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_IDLE_SECONDS,
@@ -525,6 +526,7 @@ _BOUND_REACHED_SQLSTATES = {"55P03", "57014", "25P03"}
 _STATEMENT_BOUNDS = {"55P03", "57014"}
 _UNDEFINED_TABLE = "42P01"
 _UNIQUE_VIOLATION = "23505"
+_INSUFFICIENT_PRIVILEGE = "42501"
 
 
 # A cron entry's runs, from the partial index of run keys in byte order (revision 0005):
@@ -585,6 +587,8 @@ STATEMENTS: Variants = {
             ascending=literal_column('"pKey" USING ~<~'),
         ),
     },
+    # The statistics of the tables and what holds back their vacuum.
+    "table_health": postgresql_health.VARIANTS,
 }
 
 
@@ -825,6 +829,9 @@ class PostgreSQLDialect(Dialect):
     def is_bound_reached(self, error: BaseException) -> bool:
         # lock_timeout and statement_timeout; an idle transaction's timeout ends the session.
         return getattr(error, "sqlstate", None) in _STATEMENT_BOUNDS
+
+    def is_refused(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE
 
     def connect_failure(self, error: DBAPIError) -> tuple[bool, str]:
         # psycopg gives no SQLSTATE for a failed connection, only libpq's text: `connection

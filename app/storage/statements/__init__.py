@@ -1,17 +1,20 @@
 """Every statement storage runs, one module per room, and how a dialect's variants take
 their place.
 
-Each room's module (`messages`, `leases`, `cron`, `settings`, `history`, `lists`) holds
-its statements as Core objects built once, each with why, and lists them in `__all__`;
-`common` holds what the rooms share (the columns and conditions, a removal, the history
-row). A dialect whose database needs a statement written otherwise declares its variant
-under the same name in its own module (app/storage/dialects/<db>.py), room by room:
+Each room's module (`messages`, `leases`, `cron`, `settings`, `history`, `lists`,
+`table_health`) holds its statements as Core objects built once, each with why, and lists
+them in `__all__`; `common` holds what the rooms share (the columns and conditions, a
+removal, the history row). A dialect whose database needs a statement written otherwise
+declares its variant under the same name in its own module (app/storage/dialects/<db>.py),
+room by room:
 
     STATEMENTS = {"leases": {"claimed_payloads": …}, "messages": {"offer_insert": …}}
 
 and its `Dialect` resolves them once (`resolved(STATEMENTS)`): a room then reads
 `dialect.statements.leases.claimed_payloads`, the dialect's variant where there is one,
-the room module's otherwise. tests/unit/test_statements_compile.py compiles every one,
+the room module's otherwise. A statement a room module leaves None is one every dialect
+must give, unless the module lists it in its `OPTIONAL` (a reading some databases do not
+have, as the tables' health). tests/unit/test_statements_compile.py compiles every one,
 for every dialect, without a database.
 """
 
@@ -22,7 +25,15 @@ from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from app.storage.statements import cron, history, leases, lists, messages, settings
+from app.storage.statements import (
+    cron,
+    history,
+    leases,
+    lists,
+    messages,
+    settings,
+    table_health,
+)
 
 # The room modules, by the name a dialect's STATEMENTS gives them.
 ROOMS: dict[str, ModuleType] = {
@@ -32,6 +43,7 @@ ROOMS: dict[str, ModuleType] = {
     "settings": settings,
     "history": history,
     "lists": lists,
+    "table_health": table_health,
 }
 
 # A dialect's variants: room → statement name (one of the room module's) → its variant.
@@ -48,6 +60,7 @@ class Statements:
     settings: SimpleNamespace
     history: SimpleNamespace
     lists: SimpleNamespace
+    table_health: SimpleNamespace
 
 
 def resolved(variants: Variants) -> Statements:

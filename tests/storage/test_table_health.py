@@ -1,0 +1,232 @@
+"""The tables' health as each real database tells it (docs/decisions/0024-table-health.md):
+a snapshot held open on a connection of its own shows as vacuum (or purge) held back while
+messages churn, and the rows it keeps grow; what each database cannot tell, or refuses to
+the service's user, is left out without failing the read."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from app.config import Settings
+from app.domain.messages import Offer
+from app.domain.table_health import TableHealth, VacuumHolder
+from app.storage.blocking import BlockingStorage, create_blocking_storage
+from tests.conftest import START_MS, truncate_all
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.server_databases
+
+# Messages offered, leased and acknowledged while the snapshot is held: each is three
+# transactions (offer, poll, acknowledgement) and leaves two dead row versions (the
+# poll's update, the acknowledgement's delete).
+CHURNED = 40
+# How long a test waits for the statistics of another session to arrive.
+TIMEOUT = 30
+# InnoDB's copy of its transactions for information_schema.INNODB_TRX is made again only
+# when it has not been read for 0.1 s; a little more, between reads.
+INNODB_TRANSACTIONS_COPY_SECONDS = 0.2
+
+
+@pytest.fixture
+def postgresql_store(postgresql_url: str) -> Iterator[BlockingStorage]:
+    truncate_all(postgresql_url)
+    # One connection: the one whose statistics pg_stat_force_next_flush() sends.
+    store = create_blocking_storage(
+        Settings(database_url=postgresql_url, auto_migrate=False, pool_size=1)
+    )
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def mariadb_store(mariadb_url: str) -> Iterator[BlockingStorage]:
+    truncate_all(mariadb_url)
+    store = create_blocking_storage(Settings(database_url=mariadb_url, auto_migrate=False))
+    yield store
+    store.close()
+
+
+def _churn(store: BlockingStorage, count: int) -> None:
+    """Offer, lease and acknowledge `count` messages, one at a time."""
+    for index in range(count):
+        key = f"churn-{index}"
+        store.messages.offer_many("churn", [Offer(key, b"1", START_MS)], START_MS)
+        claim = store.leases.poll("churn", 1, f"lock-{index}", START_MS + 60_000, START_MS)
+        assert [delivery.message.key for delivery in claim.deliveries] == [key]
+        assert store.leases.acknowledge("churn", f"lock-{index}", START_MS) == 1
+
+
+def _holder(health: TableHealth, kind: str = "transaction") -> VacuumHolder:
+    (holder,) = [holder for holder in health.holders if holder.kind == kind]
+    return holder
+
+
+def _dead_rows(health: TableHealth) -> int:
+    (table,) = [table for table in health.tables if table.table == "delayed_queue"]
+    return table.dead_rows
+
+
+@contextmanager
+def _held_snapshot(url: str) -> Iterator[None]:
+    """A connection of its own, in a REPEATABLE READ transaction whose snapshot has read
+    the queue, until the block ends."""
+    engine = create_engine(url, isolation_level="REPEATABLE READ")
+    try:
+        with engine.connect() as holder:
+            assert holder.execute(text("SELECT count(*) FROM delayed_queue")).scalar() == 0
+            yield
+            holder.rollback()
+    finally:
+        engine.dispose()
+
+
+def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
+    postgresql_store, postgresql_url
+):
+    before = postgresql_store.table_health.read()
+    assert [holder.kind for holder in before.holders] == [
+        "transaction",
+        "prepared_transaction",
+        "replication_slot",
+        "standby",
+    ]
+    assert {table.table for table in before.tables} == {"delayed_queue", "delivery_history"}
+    with _held_snapshot(postgresql_url):
+        held = _holder(postgresql_store.table_health.read())
+        assert held.seconds is not None and held.seconds > 0
+        assert held.transactions is not None
+
+        _churn(postgresql_store, CHURNED)
+        # The churning session's counts reach the statistics once it is next idle.
+        postgresql_store.wait(
+            postgresql_store.storage.runner.scalar(text("SELECT pg_stat_force_next_flush()"), {})
+        )
+
+        def churn_counted() -> bool:
+            return _dead_rows(postgresql_store.table_health.read()) >= (
+                _dead_rows(before) + 2 * CHURNED
+            )
+
+        wait_until(churn_counted, TIMEOUT, "the churn's dead rows in the statistics")
+        during = postgresql_store.table_health.read()
+        still = _holder(during)
+        assert still.transactions is not None and still.transactions >= (
+            held.transactions + 3 * CHURNED
+        )
+        assert still.seconds is not None and still.seconds > held.seconds
+    after = _holder(postgresql_store.table_health.read())
+    assert after.transactions is not None and after.transactions < still.transactions
+
+
+def test_autovacuum_and_the_last_vacuum_are_read_per_table_on_postgresql(
+    postgresql_store, postgresql_url
+):
+    admin = create_engine(postgresql_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            server = all(
+                connection.execute(text(f"SHOW {setting}")).scalar() == "on"
+                for setting in ("autovacuum", "track_counts")
+            )
+            health = postgresql_store.table_health.read()
+            assert {table.table: table.autovacuum for table in health.tables} == {
+                "delayed_queue": server,
+                "delivery_history": server,
+            }
+            connection.execute(text("ALTER TABLE delayed_queue SET (autovacuum_enabled = 0)"))
+            try:
+                health = postgresql_store.table_health.read()
+            finally:
+                connection.execute(text("ALTER TABLE delayed_queue RESET (autovacuum_enabled)"))
+            assert {table.table: table.autovacuum for table in health.tables} == {
+                "delayed_queue": False,
+                "delivery_history": server,
+            }
+
+            started = connection.execute(text("SELECT extract(epoch FROM now())")).scalar()
+            connection.execute(text("VACUUM delivery_history"))
+
+        def vacuumed() -> bool:
+            tables = postgresql_store.table_health.read().tables
+            (history,) = [table for table in tables if table.table == "delivery_history"]
+            return history.last_vacuum_at is not None and history.last_vacuum_at >= started
+
+        wait_until(vacuumed, TIMEOUT, "the vacuum in the statistics")
+    finally:
+        admin.dispose()
+
+
+def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_url):
+    before = mariadb_store.table_health.read()
+    assert before.tables == ()
+    assert [(holder.kind, holder.transactions) for holder in before.holders] == [
+        ("transaction", None)
+    ]
+    with _held_snapshot(mariadb_url):
+        # InnoDB dates a transaction to the second: it shows once one has begun since.
+        # Its view of the transactions is a copy made again only when nobody has read
+        # it for 0.1 s: asked more often, it would never change.
+        wait_until(
+            lambda: (_holder(mariadb_store.table_health.read()).seconds or 0) > 0,
+            TIMEOUT,
+            "the open transaction to show",
+            every=INNODB_TRANSACTIONS_COPY_SECONDS,
+        )
+        _churn(mariadb_store, CHURNED)
+        during = mariadb_store.table_health.read()
+        # The read view keeps the undo log of every transaction committed after it (the
+        # poll's, the acknowledgement's, at least) from purge.
+        assert during.undo_history is not None and during.undo_history >= 2 * CHURNED
+        assert (_holder(during).seconds or 0) > 0
+
+
+@pytest.fixture
+def mariadb_user_without_process(mariadb_url: str) -> Iterator[str]:
+    """The run's MariaDB database, through a user of its own with every privilege on it
+    and none on the server (no PROCESS)."""
+    url = make_url(mariadb_url)
+    user, password = f"hg_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"))
+            connection.execute(text(f"GRANT ALL ON `{url.database}`.* TO '{user}'@'%'"))
+        try:
+            yield url.set(username=user, password=password).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as connection:
+                connection.execute(text(f"DROP USER '{user}'@'%'"))
+    finally:
+        admin.dispose()
+
+
+def test_what_mariadb_refuses_to_the_services_user_is_left_out(
+    mariadb_user_without_process, caplog
+):
+    store = create_blocking_storage(
+        Settings(database_url=mariadb_user_without_process, auto_migrate=False)
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="app.storage.table_health"):
+            assert store.table_health.read() == TableHealth()
+            assert store.table_health.read() == TableHealth()  # said once, tried each time
+        said = [record.getMessage() for record in caplog.records]
+        assert len(said) == 2, said  # one line for each reading refused
+        assert all("PROCESS" in line for line in said), said
+    finally:
+        store.close()
+
+
+def test_sqlite_tells_nothing(sqlite_url):
+    store = create_blocking_storage(Settings(database_url=sqlite_url, auto_migrate=False))
+    try:
+        assert store.table_health.read() == TableHealth()
+    finally:
+        store.close()
