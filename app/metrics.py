@@ -46,6 +46,8 @@ from app import __version__
 from app.clock import Clock, SystemClock
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Lease, Outcome, QueueStats
+from app.domain.table_health import TableHealth
+from app.table_health import TableHealthGauges
 
 # Queue gauges come from the database at scrape time, at most this often.
 QUEUE_GAUGES_SECONDS = 5.0
@@ -79,6 +81,7 @@ ERROR_KINDS = (
     "cron_entry",
     "history_prune",
     "metrics_queue_gauges",
+    "metrics_table_health",
     "push_refresh",
     "push_claim",
     "push_settle",
@@ -141,8 +144,8 @@ class Metrics:
         self.errors = Counter(
             "hourglass_errors",
             "Failures by kind: database_unavailable (a request answered 503), cron_pass, "
-            "cron_entry, history_prune, metrics_queue_gauges, push_refresh, push_claim, "
-            "push_settle",
+            "cron_entry, history_prune, metrics_queue_gauges, metrics_table_health, "
+            "push_refresh, push_claim, push_settle",
             ["kind"],
             registry=self.registry,
         )
@@ -209,6 +212,8 @@ class Metrics:
         )
         self._queue_gauges = _QueueGauges()
         self.registry.register(self._queue_gauges)
+        self.table_health = TableHealthGauges(lambda: self.error("metrics_table_health"))
+        self.registry.register(self.table_health)
         self.http_duration = Histogram(
             "hourglass_http_request_duration_seconds",
             "Requests by route template",
@@ -257,6 +262,7 @@ class Metrics:
             self._exposed.register(build)
             MultiProcessCollector(self._exposed, multiprocess_dir)
             self._exposed.register(self._queue_gauges)
+            self._exposed.register(self.table_health)
         # Queue label -> the series made for it, by collector and the values of its
         # other labels: what forgetting the queue removes, and only that (up to
         # prometheus-client 0.21.1, removing a label set never made raises KeyError).
@@ -330,14 +336,16 @@ class Metrics:
         read_configured: Callable[[], Awaitable[list[str]]],
         read_cron_entries: Callable[[], Awaitable[list[tuple[str, str]]]],
         read_ready: Callable[[], Awaitable[bool]] | None = None,
+        read_table_health: Callable[[], Awaitable[TableHealth]] | None = None,
     ) -> None:
         """Read which queues hold what, unless that was read moments ago: set the queue
         gauges, and remove the series of queues that hold nothing and of cron entry
         names no longer stored (`read_cron_entries`: (queue, name) of every stored
         entry), once idle. With `read_ready` (whether the database answers at this
-        release's schema), set the readiness gauge first.
+        release's schema), set the readiness gauge first; with `read_table_health`, set
+        the tables' health gauges last (app/table_health.py).
 
-        A scrape storm costs the database four reads per QUEUE_GAUGES_SECONDS; while
+        A scrape storm costs the database five reads per QUEUE_GAUGES_SECONDS; while
         the database is down the queue gauges keep their last values and the
         readiness gauge reads 0.
         """
@@ -362,6 +370,8 @@ class Metrics:
             return
         self._queue_gauges.stats, self._queue_gauges.read_at = queues, now
         self.queues.refresh({stats.queue for stats in queues}.union(configured), set(cron_entries))
+        if read_table_health is not None:
+            await self.table_health.refresh(read_table_health, now)
 
     def _remove_series(self, queue: str) -> None:
         """Remove every series made for `queue`."""

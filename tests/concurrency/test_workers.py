@@ -229,6 +229,8 @@ def test_the_queue_depth_is_read_once_not_added_up(workers):
         assert _sample(text, "hourglass_queue_messages", queue="depth", state="ready") == [5]
         assert _sample(text, "hourglass_queue_oldest_ready_age_seconds", queue="depth") != []
         assert _sample(text, "hourglass_build_info") == [1]
+        # The tables' health likewise: read by the scraping worker, shown once.
+        assert len(_sample(text, "hourglass_vacuum_held_back_seconds", kind="transaction")) == 1
 
 
 def test_open_connections_add_up_across_the_processes(workers):

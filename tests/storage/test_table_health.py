@@ -11,14 +11,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.domain.messages import Offer
 from app.domain.table_health import TableHealth, VacuumHolder
+from app.main import create_app
+from app.metrics import QUEUE_GAUGES_SECONDS
 from app.storage.blocking import BlockingStorage, create_blocking_storage
-from tests.conftest import START_MS, truncate_all
+from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.server_databases
@@ -163,6 +167,50 @@ def test_autovacuum_and_the_last_vacuum_are_read_per_table_on_postgresql(
         admin.dispose()
 
 
+def _gauges(client: TestClient, clock: FakeClock) -> dict[tuple[str, tuple], float]:
+    """One scrape's samples, read afresh (the clock moved past the gauges' cache)."""
+    clock.advance(QUEUE_GAUGES_SECONDS)
+    answer = client.get("/metrics")
+    assert answer.status_code == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(answer.text)
+        for sample in family.samples
+    }
+
+
+def _held_transactions(samples: dict[tuple[str, tuple], float]) -> float:
+    return samples["hourglass_vacuum_held_back_transactions", (("kind", "transaction"),)]
+
+
+def test_metrics_show_a_held_snapshot_while_messages_churn_on_postgresql(postgresql_url):
+    truncate_all(postgresql_url)
+    clock = FakeClock()
+    settings = Settings(database_url=postgresql_url, auto_migrate=False)
+    dead = ("hourglass_table_rows", (("state", "dead"), ("table", "delayed_queue")))
+    with TestClient(create_app(settings, clock=clock)) as client:
+        before = _gauges(client, clock)
+        with _held_snapshot(postgresql_url):
+            held = _held_transactions(_gauges(client, clock))
+            for index in range(CHURNED):
+                offered = client.put(f"/v1/queues/churn/messages/{index}", json={"payload": 1})
+                assert offered.status_code == 201
+                poll = client.post("/v1/queues/churn/poll", json={}).json()
+                assert len(poll["messages"]) == 1
+                lock = poll["lock_id"]
+                assert client.delete(f"/v1/queues/churn/locks/{lock}").status_code == 204
+            # The service's sessions send their counts within a second of going idle.
+            wait_until(
+                lambda: _gauges(client, clock)[dead] >= before[dead] + 2 * CHURNED,
+                TIMEOUT,
+                "the churn's dead rows in /metrics",
+            )
+            during = _gauges(client, clock)
+            assert _held_transactions(during) >= held + 3 * CHURNED
+            seconds = during["hourglass_vacuum_held_back_seconds", (("kind", "transaction"),)]
+            assert seconds > 0
+
+
 def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_url):
     before = mariadb_store.table_health.read()
     assert before.tables == ()
@@ -224,9 +272,13 @@ def test_what_mariadb_refuses_to_the_services_user_is_left_out(
         store.close()
 
 
-def test_sqlite_tells_nothing(sqlite_url):
+def test_sqlite_tells_nothing_and_metrics_answer(sqlite_url):
     store = create_blocking_storage(Settings(database_url=sqlite_url, auto_migrate=False))
     try:
         assert store.table_health.read() == TableHealth()
     finally:
         store.close()
+    with TestClient(create_app(Settings(database_url=sqlite_url, auto_migrate=False))) as client:
+        answer = client.get("/metrics")
+    assert answer.status_code == 200
+    assert "hourglass_vacuum_held_back" not in answer.text

@@ -49,6 +49,10 @@ async def metrics(request: Request, service: Service, cron: Cron) -> Response:
 
     metrics = request.app.state.metrics
     await metrics.refresh_queues(
-        service.list_queues, service.configured_queues, cron.entry_names, read_ready=ready
+        service.list_queues,
+        service.configured_queues,
+        cron.entry_names,
+        read_ready=ready,
+        read_table_health=service.table_health,
     )
     return Response(metrics.exposition(), media_type=metrics.content_type)
