@@ -20,6 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import Metrics
+from app.table_health import FAMILIES as TABLE_HEALTH_FAMILIES
 from tests.conftest import Database, required_or_skip, truncate_all
 from tests.push_receiver import PushReceiver, push_receiver
 from tests.server import Server, running_server
@@ -34,6 +35,13 @@ COMPOSE = ROOT / "docker-compose.yml"
 
 # Series Prometheus makes itself for every scrape, not the service.
 PROMETHEUS_SERIES = {"up"}
+# The tables' health families each database tells (docs/decisions/0024-table-health.md);
+# the others are absent from its scrape by design.
+TABLE_HEALTH = {
+    "postgresql": set(TABLE_HEALTH_FAMILIES) - {"hourglass_innodb_history_length"},
+    "mariadb": {"hourglass_vacuum_held_back_seconds", "hourglass_innodb_history_length"},
+    "sqlite": set(),
+}
 # How long the test waits for an event (a push answered, a connection closed).
 WAIT_SECONDS = 30
 HEAD_TIMEOUT = 1.0
@@ -220,7 +228,7 @@ def scraped(database: Database) -> dict[str, list[tuple[dict[str, str], float]]]
             raise AssertionError("the push the receiver answered was never counted")
 
 
-def test_traffic_makes_every_metric_family_appear(scraped):
+def test_traffic_makes_every_metric_family_appear(scraped, database):
     # Every collector of app/metrics.py has samples: the traffic covers them all, so a
     # name missing below is misspelled, not merely unexercised.
     families = {
@@ -242,16 +250,20 @@ def test_traffic_makes_every_metric_family_appear(scraped):
     ):
         assert sum(value for _, value in scraped[name]) > 0, name
     assert [value for _, value in scraped["hourglass_ready"]] == [1.0]
+    # The tables' health: what the database tells, from the first scrape.
+    assert set(TABLE_HEALTH_FAMILIES) & set(scraped) == TABLE_HEALTH[database.name]
 
 
-def test_every_metric_in_the_dashboard_and_the_alerts_is_exported(scraped):
-    exported = set(scraped)
+def test_every_metric_in_the_dashboard_and_the_alerts_is_exported(scraped, database):
+    # A table health family this database does not tell is checked on the one that does.
+    exported = set(scraped) | (set(TABLE_HEALTH_FAMILIES) - TABLE_HEALTH[database.name])
     expressions = dashboard_expressions() + [rule["expr"] for rule in alert_rules()]
     assert len(expressions) > 30
     assert unknown_names(expressions, exported) == {}
     # Each file draws on most of what the service exports.
     named = set().union(*(metric_names(expression) for expression in dashboard_expressions()))
     assert {"hourglass_queue_messages", "hourglass_push_requests_total"} <= named
+    assert set(TABLE_HEALTH_FAMILIES) <= named  # the Table health row shows each
 
 
 def test_a_misspelled_metric_name_is_caught(scraped):
@@ -295,7 +307,8 @@ def test_the_dashboard_is_grafana_json_with_its_variables_units_and_rate_windows
                 assert 'queue=~"$queue"' in expression, expression
     titles = " ".join(panel["title"].lower() for panel in panels)
     for subject in ("queue depth", "oldest ready", "offers", "deliveries", "dead letters",
-                    "lateness p50 and p99", "latency", "503", "push"):  # fmt: skip
+                    "lateness p50 and p99", "latency", "503", "push", "dead and live rows",
+                    "vacuum held back", "last vacuum"):  # fmt: skip
         assert subject in titles, subject
 
 
@@ -308,6 +321,7 @@ def test_every_alert_has_a_duration_a_severity_and_words_for_its_queue():
         "HourglassReplicaDown",
         "HourglassReplicaNotReady",
         "HourglassCronFailing",
+        "HourglassVacuumHeldBack",
     }
     for rule in rules:
         assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
