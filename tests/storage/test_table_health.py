@@ -6,9 +6,11 @@ the service's user, is left out without failing the read."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -26,6 +28,8 @@ from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.server_databases
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # Messages offered, leased and acknowledged while the snapshot is held: each is three
 # transactions (offer, poll, acknowledgement) and leaves two dead row versions (the
@@ -78,17 +82,26 @@ def _dead_rows(health: TableHealth) -> int:
 
 
 @contextmanager
-def _held_snapshot(url: str) -> Iterator[None]:
+def _held_snapshot(url: str) -> Iterator[int]:
     """A connection of its own, in a REPEATABLE READ transaction whose snapshot has read
-    the queue, until the block ends."""
+    the queue, until the block ends; its session's id (PostgreSQL's pid)."""
     engine = create_engine(url, isolation_level="REPEATABLE READ")
+    session = "pg_backend_pid()" if url.startswith("postgresql") else "connection_id()"
     try:
         with engine.connect() as holder:
             assert holder.execute(text("SELECT count(*) FROM delayed_queue")).scalar() == 0
-            yield
+            yield holder.execute(text(f"SELECT {session}")).scalar()
             holder.rollback()
     finally:
         engine.dispose()
+
+
+def _readme_query_for_holders() -> str:
+    """The first statement of the README's SQL ("When vacuum is held back"): the sessions
+    holding vacuum back."""
+    block = re.search(r"```sql\n(.*?)```", README.read_text(), re.DOTALL)
+    assert block, "the README lost its query for what holds vacuum back"
+    return block.group(1).split(";")[0]
 
 
 def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
@@ -102,10 +115,14 @@ def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
         "standby",
     ]
     assert {table.table for table in before.tables} == {"delayed_queue", "delivery_history"}
-    with _held_snapshot(postgresql_url):
+    with _held_snapshot(postgresql_url) as pid:
         held = _holder(postgresql_store.table_health.read())
         assert held.seconds is not None and held.seconds > 0
         assert held.transactions is not None
+        # The README's query finds it, as an operator would.
+        with create_engine(postgresql_url).connect() as operator:
+            found = operator.execute(text(_readme_query_for_holders())).all()
+        assert [row.pid for row in found] == [pid]
 
         _churn(postgresql_store, CHURNED)
         # The churning session's counts reach the statistics once it is next idle.
