@@ -45,6 +45,7 @@ INNODB_TRANSACTIONS_COPY_SECONDS = 0.2
 @pytest.fixture
 def postgresql_store(postgresql_url: str) -> Iterator[BlockingStorage]:
     truncate_all(postgresql_url)
+    _settle(postgresql_url)
     # One connection: the one whose statistics pg_stat_force_next_flush() sends.
     store = create_blocking_storage(
         Settings(database_url=postgresql_url, auto_migrate=False, pool_size=1)
@@ -96,6 +97,32 @@ def _held_snapshot(url: str) -> Iterator[int]:
         engine.dispose()
 
 
+def _settle(url: str) -> None:
+    """Wait for every other session of the database to end, then vacuum the message table.
+
+    A session sends its counts when it goes idle or ends, and its counts include the dead
+    rows its reads pruned away (a decrement): an earlier test's session ending during a
+    test would take them off the dead rows the test counts. A session gone from
+    pg_stat_activity has sent its counts; the vacuum then removes what earlier tests left,
+    so nothing is pruned meanwhile, and its count of dead rows replaces theirs.
+    """
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    others = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    try:
+        with engine.connect() as connection:
+            wait_until(
+                lambda: connection.execute(others).scalar() == 0,
+                TIMEOUT,
+                "earlier tests' sessions to end",
+            )
+            connection.execute(text("VACUUM delayed_queue"))
+    finally:
+        engine.dispose()
+
+
 def _readme_query_for_holders() -> str:
     """The first statement of the README's SQL ("When vacuum is held back"): the sessions
     holding vacuum back."""
@@ -120,8 +147,12 @@ def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
         assert held.seconds is not None and held.seconds > 0
         assert held.transactions is not None
         # The README's query finds it, as an operator would.
-        with create_engine(postgresql_url).connect() as operator:
-            found = operator.execute(text(_readme_query_for_holders())).all()
+        operator = create_engine(postgresql_url)
+        try:
+            with operator.connect() as connection:
+                found = connection.execute(text(_readme_query_for_holders())).all()
+        finally:
+            operator.dispose()
         assert [row.pid for row in found] == [pid]
 
         _churn(postgresql_store, CHURNED)
@@ -205,6 +236,7 @@ def test_metrics_show_a_held_snapshot_while_messages_churn_on_postgresql(postgre
     clock = FakeClock()
     settings = Settings(database_url=postgresql_url, auto_migrate=False)
     dead = ("hourglass_table_rows", (("state", "dead"), ("table", "delayed_queue")))
+    _settle(postgresql_url)
     with TestClient(create_app(settings, clock=clock)) as client:
         before = _gauges(client, clock)
         with _held_snapshot(postgresql_url):
