@@ -130,12 +130,15 @@ def encode_cursor(position: Position) -> str:
 
 
 # The texts encode_cursor writes, and so the only ones a cursor is read from: a kind and
-# integers (0 to 2**63 - 1, at most 19 digits), or a kind and one JSON string. A client's
+# integers (0 to 2**63 - 1, at most 19 digits; a due time may be negative too, down to
+# -2**63: before 1970), or a kind and one JSON string. A client's
 # cursor is matched against them before any JSON parser sees it: Python's json recurses
 # once per level of nesting, and a cursor of ~990 `[` (1,320 characters, within the
 # cursor's bound) once ran it out of stack, a 500 where a cursor that names nothing is 404.
 _INTEGER = r"(0|[1-9][0-9]{0,18})"
-_DUE = re.compile(rf'\["d",{_INTEGER},{_INTEGER},{_INTEGER}\]')
+_SIGNED = r"(0|-?[1-9][0-9]{0,18})"
+_BIGINT = range(-(2**63), 2**63)
+_DUE = re.compile(rf'\["d",{_SIGNED},{_INTEGER},{_INTEGER}\]')
 _HISTORY = re.compile(rf'\["h",{_INTEGER},{_INTEGER}\]')
 _KEYED = re.compile(r'\["k",("(?:[^"\\]|\\.)*")\]', re.DOTALL)
 
@@ -171,10 +174,10 @@ def _read_position(text: str) -> Position | None:
     """The position `text` spells in one of encode_cursor's shapes, or None."""
     if match := _DUE.fullmatch(text):
         numbers = [int(number) for number in match.groups()]
-        return DuePosition(*numbers) if max(numbers) < 2**63 else None
+        return DuePosition(*numbers) if all(n in _BIGINT for n in numbers) else None
     if match := _HISTORY.fullmatch(text):
         numbers = [int(number) for number in match.groups()]
-        return HistoryPosition(*numbers) if max(numbers) < 2**63 else None
+        return HistoryPosition(*numbers) if all(n in _BIGINT for n in numbers) else None
     if match := _KEYED.fullmatch(text):
         key = json.loads(match[1])  # one JSON string, which nests nothing
         return KeyPosition(key) if re.fullmatch(KEY_PATTERN, key) else None

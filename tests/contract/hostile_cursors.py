@@ -16,7 +16,7 @@ from app.domain.pages import DuePosition, HistoryPosition, KeyPosition, Position
 MOST_BYTES = 1536
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
-# The hostile review's case: 990 `[`, which ran Python's json out of stack (a 500).
+# 990 `[` (1,320 characters, within the bound): once ran Python's json out of stack, a 500.
 REPORTED = "W1tb" * 330
 
 
@@ -40,7 +40,7 @@ _nestings = st.builds(
 # Numbers a position cannot hold, or spelled as encode_cursor never spells one.
 _odd_numbers = st.one_of(
     st.integers(min_value=2**63).map(str),
-    st.integers(max_value=-1).map(str),
+    st.integers(max_value=-(2**63) - 1).map(str),
     st.integers(20, MOST_BYTES - 20).map(lambda digits: "9" * digits),
     st.integers(0, 2**63 - 1).map(lambda number: f"0{number}"),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -51,6 +51,14 @@ _numbered = st.builds(
     st.sampled_from(['["d",{},{},{}]', '["h",{},{}]']),
     _odd_numbers,
     st.integers(0, 1),
+).map(lambda text: text.encode()[:MOST_BYTES])
+# A negative row id or walk time (only a due time, the first of "d", may be negative).
+_negative = st.integers(max_value=-1).map(str)
+_negatives = st.one_of(
+    st.builds('["d",1,{},1]'.format, _negative),
+    st.builds('["d",1,1,{}]'.format, _negative),
+    st.builds('["h",{},1]'.format, _negative),
+    st.builds('["h",1,{}]'.format, _negative),
 ).map(lambda text: text.encode()[:MOST_BYTES])
 
 # A key no list holds (a control character, a lone surrogate, empty, too long), spelled
@@ -110,6 +118,6 @@ _other_spellings = st.one_of(
 
 # Every cursor above, as the characters a client sends.
 hostile_cursors: st.SearchStrategy[str] = st.one_of(
-    st.one_of(_random_bytes, _nestings, _numbered, _keyed).map(as_cursor),
+    st.one_of(_random_bytes, _nestings, _numbered, _negatives, _keyed).map(as_cursor),
     _other_spellings,
 )

@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.domain.errors import CursorNotFound
+from app.domain.formats import EARLIEST_MS
 from app.domain.pages import (
     DuePosition,
     HistoryPosition,
@@ -22,10 +23,12 @@ from tests.contract.hostile_cursors import REPORTED, hostile_cursors
 
 KINDS = (DuePosition, KeyPosition, HistoryPosition)
 LARGEST = 2**63 - 1
+NATURALS = st.integers(0, LARGEST)
 
 positions: st.SearchStrategy[Position] = st.one_of(
-    st.builds(DuePosition, *[st.integers(0, LARGEST)] * 3),
-    st.builds(HistoryPosition, *[st.integers(0, LARGEST)] * 2),
+    # A due time before 1970 is negative (a message may be due from year 1): a BIGINT's.
+    st.builds(DuePosition, st.integers(-LARGEST - 1, LARGEST), NATURALS, NATURALS),
+    st.builds(HistoryPosition, NATURALS, NATURALS),
     # A key is 1-200 characters, none of them a control character (no surrogate either:
     # a key is text a database stores as UTF-8).
     st.builds(
@@ -37,6 +40,8 @@ positions: st.SearchStrategy[Position] = st.one_of(
 
 @given(position=positions)
 @example(position=DuePosition(LARGEST, 0, LARGEST))
+@example(position=DuePosition(EARLIEST_MS, 7, 0))
+@example(position=DuePosition(-LARGEST - 1, 0, 0))
 @example(position=KeyPosition('"\\/[{}],'))
 def test_every_position_reads_back_as_itself_and_as_no_other_kind(position):
     cursor = encode_cursor(position)
