@@ -63,6 +63,13 @@ def _table_rows(url: str, table, order_by) -> list[dict[str, Any]]:
         engine.dispose()
 
 
+# InnoDB copies its transactions and lock waits for information_schema (INNODB_TRX,
+# innodb_lock_waits) again only when nobody on the server has read them for 0.1 s: a wait
+# that asked every 10 ms never saw a lock wait begun after its first look (and starved
+# every other test's look on the same server). Ask them no more often than this.
+INNODB_VIEWS_EVERY_SECONDS = 0.2
+
+
 def wait_until(
     condition: Callable[[], bool],
     timeout: float,

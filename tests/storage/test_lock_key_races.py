@@ -18,7 +18,7 @@ from app.domain.messages import Offer
 from app.storage.blocking import create_blocking_storage
 from app.storage.store import Storage
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import history_rows, stored_rows, wait_until
+from tests.helpers import INNODB_VIEWS_EVERY_SECONDS, history_rows, stored_rows, wait_until
 from tests.locking import database_name
 
 pytestmark = pytest.mark.server_databases
@@ -88,7 +88,10 @@ def _while_a_new_poll_holds(url: str, key: str, call: Callable[[], Any]) -> list
             worker = threading.Thread(target=lambda: answers.append(call()))
             worker.start()
             wait_until(
-                _waiting_on_a_row_lock(engine, url), 10, "the call to wait on the re-polled row"
+                _waiting_on_a_row_lock(engine, url),
+                10,
+                "the call to wait on the re-polled row",
+                every=INNODB_VIEWS_EVERY_SECONDS if database_name(url) == "mariadb" else 0.01,
             )
             side.commit()
             worker.join(10)

@@ -25,7 +25,7 @@ from app.main import create_app
 from app.metrics import QUEUE_GAUGES_SECONDS
 from app.storage.blocking import BlockingStorage, create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
-from tests.helpers import wait_until
+from tests.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
 
 pytestmark = pytest.mark.server_databases
 
@@ -37,9 +37,6 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 CHURNED = 40
 # How long a test waits for the statistics of another session to arrive.
 TIMEOUT = 30
-# InnoDB's copy of its transactions for information_schema.INNODB_TRX is made again only
-# when it has not been read for 0.1 s; a little more, between reads.
-INNODB_TRANSACTIONS_COPY_SECONDS = 0.2
 
 
 @pytest.fixture
@@ -274,7 +271,7 @@ def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_
             lambda: (_holder(mariadb_store.table_health.read()).seconds or 0) > 0,
             TIMEOUT,
             "the open transaction to show",
-            every=INNODB_TRANSACTIONS_COPY_SECONDS,
+            every=INNODB_VIEWS_EVERY_SECONDS,
         )
         _churn(mariadb_store, CHURNED)
         during = mariadb_store.table_health.read()
