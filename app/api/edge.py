@@ -103,13 +103,21 @@ class HourglassApi(FastAPI):
 
 # Every answer that passes here, a JSON body or a file, is read as the type it says it is:
 # never sniffed into HTML (and so into a page that runs script) by a browser that opens
-# it. And every answer a browser renders as a page that may run script, HTML or an SVG
-# opened by itself, gets each of the page headers the app was given that it does not
+# it. And every answer a browser renders as a document that may run script (HTML, SVG
+# or XML opened by itself) gets each of the page headers the app was given that it does not
 # carry already, whichever route, file or error it comes from: no route has to remember
 # them. A route sets one itself only to say more (/redoc's policy: a nonce for its
 # styles, app/console/policy.py), and tests/api/test_pages.py holds every page to them.
 NO_SNIFFING = (b"x-content-type-options", b"nosniff")
-_PAGE_TYPES = (b"text/html", b"image/svg+xml")
+# Types a browser renders as a document that may run script: HTML, SVG, and XML (whose
+# XHTML or SVG elements run theirs). The service serves only the first two today.
+_PAGE_TYPES = (
+    b"text/html",
+    b"image/svg+xml",
+    b"application/xhtml+xml",
+    b"application/xml",
+    b"text/xml",
+)
 
 
 def is_page(headers: list[tuple[bytes, bytes]]) -> bool:

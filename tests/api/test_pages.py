@@ -13,6 +13,7 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
+from app.api.edge import is_page
 from app.console.policy import CONTENT_SECURITY_POLICY, PAGE_HEADERS, redoc_policy
 from app.console.routes import STATIC_URL
 from app.main import create_app
@@ -122,3 +123,16 @@ def test_answers_that_are_no_page_carry_no_policy(client, path):
     response = client.get(path)
     assert response.headers.get_list("x-content-type-options") == ["nosniff"]
     assert "content-security-policy" not in response.headers
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/html; charset=utf-8", "image/svg+xml", "application/xhtml+xml", "text/xml"],
+)
+def test_any_document_that_may_run_script_is_a_page(content_type):
+    assert is_page([(b"content-type", content_type.encode())])
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/problem+json", ""])
+def test_data_is_no_page(content_type):
+    assert not is_page([(b"content-type", content_type.encode())])
