@@ -397,7 +397,12 @@ def test_ten_thousand_messages_through_500s_and_timeouts_are_each_acknowledged_o
 # -- kill -9 mid-push ----------------------------------------------------------------------
 
 KILL_MESSAGES = 2_000
-KILL_TIMEOUT = 3.0  # the killed server's leases run out 8 s (timeout + 5) after its claims
+# The killed server's leases run out 15 s (timeout + 5) after its claims. Long enough that
+# no held request times out (and is released, then counted as in flight at the kill) while
+# the test waits for every slot to hold one: under a loaded CI run at 3 s, 14 did.
+KILL_TIMEOUT = 10.0
+# How long the test waits for every slot to hold a request: well within KILL_TIMEOUT.
+KILL_FILL_SECONDS = KILL_TIMEOUT / 2
 KILL_CONCURRENCY = 8
 
 
@@ -421,9 +426,10 @@ def test_a_push_killed_mid_request_loses_nothing_and_repeats_only_what_was_in_fl
             # From now on nothing is answered: the dispatcher's every slot fills with a
             # request in flight, and then it is killed.
             receiver.rule = hold_everything
-            assert receiver.wait_until(lambda r: r.in_flight == KILL_CONCURRENCY, timeout=10), (
-                f"{receiver.in_flight} requests in flight, not {KILL_CONCURRENCY}"
+            filled = receiver.wait_until(
+                lambda r: r.in_flight == KILL_CONCURRENCY, timeout=KILL_FILL_SECONDS
             )
+            assert filled, f"{receiver.in_flight} requests in flight, not {KILL_CONCURRENCY}"
             held_at_kill = receiver.keys_in_flight
             killed_at = time.time()
             os.kill(first.pid, signal.SIGKILL)
