@@ -5,11 +5,15 @@ queue's polls (a noisy neighbour), and what a transaction left open does to a dr
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import psycopg
 
+from app.metrics import QUEUE_GAUGES_SECONDS
 from bench.accounting import percentile
 from bench.hourglass import QUEUE, now_ms
 from bench.report import Measurement, Row
@@ -21,6 +25,9 @@ WARM_UP_POLLS = 10
 SNAPSHOT_WORKERS = 4
 SNAPSHOT_LIMIT = 100
 SNAPSHOT_STARTS_AT = 0.25  # of the drain's messages delivered when the snapshot is taken
+HOLDER_CHECK_SECONDS = 0.25  # how often the hold looks whether the server ended its session
+IDLE_TIMEOUT_SECONDS = 10  # the idle-timeout lever's idle_in_transaction_session_timeout
+GAUGES_FRESH_SECONDS = QUEUE_GAUGES_SECONDS + 0.5  # a scrape then shows a reading made since
 
 
 async def noisy_neighbour(bench: Bench) -> None:
@@ -90,6 +97,110 @@ async def _fill_neighbour(dsn: str, count: int) -> None:
         await connection.execute("VACUUM ANALYZE delayed_queue")
 
 
+Statement = Callable[[psycopg.AsyncConnection], Awaitable[object]]
+
+
+async def _nothing(connection: psycopg.AsyncConnection) -> None:
+    pass
+
+
+def _statements(*sql: str) -> Statement:
+    async def run(connection: psycopg.AsyncConnection) -> None:
+        for statement in sql:
+            await connection.execute(statement)
+
+    return run
+
+
+# Migration 0002's storage parameters of the queue table (aggressive autovacuum).
+_TABLE_AUTOVACUUM = (
+    "autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, "
+    "autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold, "
+    "autovacuum_analyze_scale_factor, autovacuum_analyze_threshold, "
+    "autovacuum_vacuum_cost_delay"
+)
+_TABLE_AUTOVACUUM_0002 = (
+    "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
+    "autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000, "
+    "autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, "
+    "autovacuum_vacuum_cost_delay = 0"
+)
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One thing the field does about held snapshots, set up on the queue table before
+    the workload (whose TRUNCATE gives it fresh pages) and undone after it."""
+
+    name: str
+    what: str
+    apply: Statement = _nothing
+    undo: Statement = _nothing
+    holder_options: str = ""  # the holding session's options, as its role's settings would be
+    hold_ends_itself: bool = False  # the server may end the hold first
+
+
+LEVERS = {
+    lever.name: lever
+    for lever in (
+        Lever("none", "the table as migrated (0002: autovacuum at 1,000 dead rows + 1%)"),
+        Lever(
+            "table-defaults",
+            "the table's autovacuum settings back to the server's defaults (20% of the rows)",
+            _statements(f"ALTER TABLE delayed_queue RESET ({_TABLE_AUTOVACUUM})"),
+            _statements(f"ALTER TABLE delayed_queue SET ({_TABLE_AUTOVACUUM_0002})"),
+        ),
+        Lever(
+            "fillfactor-70",
+            "fillfactor 70: 30% of each page left free for updated row versions",
+            _statements("ALTER TABLE delayed_queue SET (fillfactor = 70)"),
+            _statements("ALTER TABLE delayed_queue RESET (fillfactor)"),
+        ),
+        Lever(
+            "idle-timeout",
+            f"the holding role's idle_in_transaction_session_timeout at "
+            f"{IDLE_TIMEOUT_SECONDS} s (ALTER ROLE … SET): the server ends the hold",
+            holder_options=f"-c idle_in_transaction_session_timeout={IDLE_TIMEOUT_SECONDS}s",
+            hold_ends_itself=True,
+        ),
+    )
+}
+
+
+async def server_autovacuum(dsn: str, on: bool | None) -> Callable[[], Awaitable[None]]:
+    """Turn the server's autovacuum on or off (None: leave it) for the run, through
+    ALTER SYSTEM and a reload; answer what puts it back as it was."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        cursor = await connection.execute(
+            "SELECT setting, sourcefile LIKE '%%postgresql.auto.conf' FROM pg_settings "
+            "WHERE name = 'autovacuum'"
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        setting, from_auto_conf = row[0], bool(row[1])
+        if on is None or (setting == "on") == on:
+            print(f"server autovacuum: {setting}", flush=True)
+
+            async def unchanged() -> None:
+                pass
+
+            return unchanged
+        await connection.execute(f"ALTER SYSTEM SET autovacuum = {'on' if on else 'off'}")
+        await connection.execute("SELECT pg_reload_conf()")
+        print(f"server autovacuum: {'on' if on else 'off'} for this run (was {setting})")
+
+    async def restore() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            if from_auto_conf:
+                await connection.execute(f"ALTER SYSTEM SET autovacuum = {setting}")
+            else:
+                await connection.execute("ALTER SYSTEM RESET autovacuum")
+            await connection.execute("SELECT pg_reload_conf()")
+        print(f"server autovacuum: back to {setting}", flush=True)
+
+    return restore
+
+
 @dataclass(frozen=True)
 class _Poll:
     finished: float  # perf_counter when its acknowledgement returned
@@ -97,19 +208,32 @@ class _Poll:
     messages: int
 
 
-async def held_snapshot(bench: Bench) -> None:
+async def held_snapshot(bench: Bench, lever: Lever = LEVERS["none"]) -> None:
     """A drain with max=100 and 4 workers; once a quarter of it is delivered, another
     connection takes a snapshot (REPEATABLE READ, one read) and holds it for
-    plan.snapshot_hold seconds. Throughput and poll latency before, during and after
-    the hold, and the table's dead tuples at its start, at its end and after the drain.
-    If less than a quarter of the messages is left after the hold, "after" is a second
-    drain of a quarter of them, offered once the hold is over."""
-    plan = bench.plan
+    plan.snapshot_hold seconds (or until the server ends its session, under a lever that
+    bounds it). Throughput and poll latency before, during and after the hold, the
+    table's dead tuples at its start, at its end and after the drain, and the service's
+    own gauges (/metrics) beside them. If less than a quarter of the messages is left
+    after the hold, "after" is a second drain of a quarter of them, offered once the
+    hold is over. `lever` is set up on the emptied table first and undone at the end."""
     service = bench.service
     await service.clear()
-    await service.prefill(plan.snapshot_messages, PAYLOAD)
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as connection:
         await connection.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        await lever.apply(connection)
+    try:
+        await _held_snapshot(bench, lever)
+    finally:
+        async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as connection:
+            await lever.undo(connection)
+
+
+async def _held_snapshot(bench: Bench, lever: Lever) -> None:
+    plan = bench.plan
+    service = bench.service
+    await service.prefill(plan.snapshot_messages, PAYLOAD)
+    autovacuums_before = await _autovacuum_count(bench.dsn)
     workers = [await service.worker() for _ in range(SNAPSHOT_WORKERS)]
     polls: list[_Poll] = []
     delivered = 0
@@ -133,22 +257,54 @@ async def held_snapshot(bench: Bench) -> None:
             quarter_delivered.set()  # a drain that ended early must not leave the hold waiting
 
     dead: dict[str, tuple[int, int]] = {}
+    gauges: dict[str, dict[str, float]] = {}
+    metrics_url = f"http://{service.host}:{service.port}/metrics"
 
     async def hold() -> tuple[float, float]:
-        async with (
-            await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler,
-            await psycopg.AsyncConnection.connect(bench.dsn) as holder,
-        ):
-            await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await quarter_delivered.wait()  # connected beforehand: the snapshot comes at once
-            await holder.execute("SELECT 1 FROM delayed_queue LIMIT 1")  # the snapshot
-            began = time.perf_counter()
-            dead["at the hold's start"] = await _dead_tuples(sampler)
-            # The hold itself: its length is the point, whatever the sample took.
-            await asyncio.sleep(max(0.0, began + plan.snapshot_hold - time.perf_counter()))
-            dead["at the hold's end"] = await _dead_tuples(sampler)
+        # Not `async with` for the holder: leaving that block commits, and under a lever
+        # that ends the hold the server has closed the session by then.
+        holder = await psycopg.AsyncConnection.connect(bench.dsn, options=lever.holder_options)
+        try:
+            async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
+                return await hold_with(holder, sampler)
+        finally:
+            await holder.close()
+
+    async def hold_with(
+        holder: psycopg.AsyncConnection, sampler: psycopg.AsyncConnection
+    ) -> tuple[float, float]:
+        await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        holder_pid = holder.info.backend_pid
+        await quarter_delivered.wait()  # connected beforehand: the snapshot comes at once
+        await holder.execute("SELECT 1 FROM delayed_queue LIMIT 1")  # the snapshot
+        began = time.perf_counter()
+        dead["at the hold's start"] = await _dead_tuples(sampler)
+        # /metrics reads the database at most every QUEUE_GAUGES_SECONDS: what it shows of
+        # the hold is read once a fresh reading is sure to have come after its start.
+        seen = asyncio.create_task(_gauges(metrics_url, after=GAUGES_FRESH_SECONDS))
+        # The hold itself: its length is the point, whatever the samples took; under a
+        # lever that bounds it, it ends when the server ends the holding session.
+        deadline = began + plan.snapshot_hold
+        ended_by_server = False
+        while (left := deadline - time.perf_counter()) > 0:
+            await asyncio.sleep(min(left, HOLDER_CHECK_SECONDS))
+            if lever.hold_ends_itself and not await _session_alive(sampler, holder_pid):
+                ended_by_server = True
+                break
+        ended = time.perf_counter()
+        dead["at the hold's end"] = await _dead_tuples(sampler)
+        if seen.done():  # a hold shorter than that (--quick) is not kept open for it
+            gauges[f"{GAUGES_FRESH_SECONDS:g} s into the hold"] = seen.result()
+        else:
+            seen.cancel()
+        gauges[f"at the hold's end (read up to {QUEUE_GAUGES_SECONDS:g} s before)"] = await _gauges(
+            metrics_url
+        )
+        if ended_by_server:
+            print(f"the server ended the hold after {ended - began:.1f} s", flush=True)
+        else:
             await holder.commit()
-            return began, time.perf_counter()
+        return began, ended
 
     started = time.perf_counter()
     holding = asyncio.create_task(hold())
@@ -174,9 +330,14 @@ async def held_snapshot(bench: Bench) -> None:
         await asyncio.gather(*(worker.close() for worker in workers))
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
         dead["after the drain"] = await _dead_tuples(sampler)
+    gauges["after the drain"] = await _gauges(metrics_url, after=GAUGES_FRESH_SECONDS)
+    autovacuums = await _autovacuum_count(bench.dsn) - autovacuums_before
 
+    print(f"held snapshot, lever {lever.name}: {lever.what}", flush=True)
     _print_timeline(polls, started, began, ended)
     name = f"held snapshot, {plan.snapshot_hold:g} s in a drain of {plan.snapshot_messages:,}"
+    if lever.name != "none":
+        name += f", lever {lever.name}"
     windows = {"before": (started, began), "during": during, "after": after}
     for window, (start, end) in windows.items():
         inside = [poll for poll in polls if start <= poll.finished < end]
@@ -197,8 +358,59 @@ async def held_snapshot(bench: Bench) -> None:
     for point, (statistics, counted) in dead.items():
         bench._add(Row(f"{name}: dead tuples {point} (n_dead_tup)", "rows", statistics, None, {}))
         bench._add(Row(f"{name}: dead tuples {point} (pgstattuple)", "rows", counted, None, {}))
+    for point, shown in gauges.items():
+        for gauge, value in shown.items():
+            bench._add(Row(f"{name}: /metrics {gauge} {point}", "", value, None, {}))
+    bench._add(Row(f"{name}: hold's length", "s", ended - began, None, {}))
     bench._add(Row(f"{name}: drain's length", "s", drained - started, None, {}))
     bench._add(Row(f"{name}: messages offered again after the hold", "msgs", refilled, None, {}))
+    bench._add(Row(f"{name}: autovacuums of the table", "runs", autovacuums, None, {}))
+
+
+# The gauges an operator would look at (app/table_health.py), by the line /metrics shows.
+_GAUGES = {
+    "held back seconds": re.compile(
+        r'^hourglass_vacuum_held_back_seconds\{kind="transaction"\} (\S+)$', re.MULTILINE
+    ),
+    "held back transactions": re.compile(
+        r'^hourglass_vacuum_held_back_transactions\{kind="transaction"\} (\S+)$', re.MULTILINE
+    ),
+    "dead rows": re.compile(
+        r'^hourglass_table_rows\{(?=[^}]*state="dead")(?=[^}]*table="delayed_queue")[^}]*\} '
+        r"(\S+)$",
+        re.MULTILINE,
+    ),
+}
+
+
+async def _gauges(url: str, after: float = 0.0) -> dict[str, float]:
+    """The table-health gauges as a scrape of the service shows them `after` seconds."""
+    await asyncio.sleep(after)
+
+    def scrape() -> str:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.read().decode()
+
+    text = await asyncio.to_thread(scrape)
+    return {
+        gauge: float(match.group(1))
+        for gauge, pattern in _GAUGES.items()
+        if (match := pattern.search(text))
+    }
+
+
+async def _session_alive(connection: psycopg.AsyncConnection, pid: int) -> bool:
+    cursor = await connection.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+    return await cursor.fetchone() is not None
+
+
+async def _autovacuum_count(dsn: str) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        cursor = await connection.execute(
+            "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
 
 
 def _print_timeline(polls: list[_Poll], started: float, began: float, ended: float) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.hourglass import ServiceTarget, fresh_database
 from bench.http_client import event_loop_factory
-from bench.interference import held_snapshot, noisy_neighbour
+from bench.interference import LEVERS, held_snapshot, noisy_neighbour, server_autovacuum
 from bench.report import Row, machine_description, markdown, write_results
 from bench.workloads import FULL, QUICK, Bench, Plan
 from tests.server import Server, running_server
@@ -44,6 +44,7 @@ async def run(
     workloads: set[str],
     without_history: Server | None = None,
     several: tuple[int, Server] | None = None,
+    levers: tuple[str, ...] = ("none",),
 ) -> list[Row]:
     if peer_names:
         from bench.peers import PEERS  # the [bench] extra: only needed when peers are measured
@@ -90,7 +91,8 @@ async def run(
         if "neighbour" in workloads:
             await noisy_neighbour(bench)
         if "snapshot" in workloads:
-            await held_snapshot(bench)
+            for lever in levers:
+                await held_snapshot(bench, LEVERS[lever])
     finally:
         for peer in peers:
             await peer.close()
@@ -150,15 +152,38 @@ def main(argv: list[str] | None = None) -> None:
         help="how long the snapshot workload holds its snapshot "
         f"(default: {FULL.snapshot_hold:g} s, {QUICK.snapshot_hold:g} s with --quick)",
     )
+    parser.add_argument(
+        "--snapshot-messages",
+        type=int,
+        help="the snapshot workload's drain (default: "
+        f"{FULL.snapshot_messages:,}, {QUICK.snapshot_messages:,} with --quick)",
+    )
+    parser.add_argument(
+        "--snapshot-levers",
+        default="none",
+        help="comma-separated, the snapshot workload once for each, in this order: "
+        + ", ".join(f"{name} ({lever.what})" for name, lever in LEVERS.items()).replace("%", "%%"),
+    )
+    parser.add_argument(
+        "--server-autovacuum",
+        choices=("on", "off"),
+        help="turn the PostgreSQL server's autovacuum on or off for the run (ALTER SYSTEM "
+        "and a reload; put back as it was at the end); default: leave it as it is",
+    )
     args = parser.parse_args(argv)
 
     plan = QUICK if args.quick else FULL
     if args.hold_seconds is not None:
         plan = dataclasses.replace(plan, snapshot_hold=args.hold_seconds)
+    if args.snapshot_messages is not None:
+        plan = dataclasses.replace(plan, snapshot_messages=args.snapshot_messages)
+    levers = tuple(name for name in args.snapshot_levers.split(",") if name)
     peer_names = [name for name in args.peers.split(",") if name]
     workloads = {name for name in args.workloads.split(",") if name}
     if unknown := (set(peer_names) - set(PEER_NAMES)) | (workloads - set(WORKLOADS)):
         parser.error(f"unknown peers or workloads: {sorted(unknown)}")
+    if unknown := set(levers) - set(LEVERS):
+        parser.error(f"unknown levers: {sorted(unknown)}")
     command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()
     fresh_database(args.database_url)
@@ -176,9 +201,23 @@ def main(argv: list[str] | None = None) -> None:
                 stack.enter_context(running_server(args.database_url, workers=args.workers)),
             )
         runner = stack.enter_context(asyncio.Runner(loop_factory=event_loop_factory()))
-        rows = runner.run(
-            run(plan, args.database_url, server, peer_names, workloads, without_history, several)
-        )
+        autovacuum = {"on": True, "off": False}.get(args.server_autovacuum)
+        restore = runner.run(server_autovacuum(args.database_url, autovacuum))
+        try:
+            rows = runner.run(
+                run(
+                    plan,
+                    args.database_url,
+                    server,
+                    peer_names,
+                    workloads,
+                    without_history,
+                    several,
+                    levers,
+                )
+            )
+        finally:
+            runner.run(restore())
     if args.workers > 1:
         peer_names.append(workers_column(args.workers))
     machine = machine_description(args.database_url)
