@@ -251,6 +251,7 @@ class ServiceWorker:
         self._messages = f"/v1/queues/{QUEUE}/messages/"
         self.ack_on_poll = ack_on_poll
         self._unacknowledged: str | None = None  # a finished lock for the next poll
+        self.lease = LEASE_SECONDS  # each poll's lease, in seconds
 
     async def offer(self, key: str, payload: bytes) -> None:
         body = b'{"payload":' + payload + b"}"
@@ -263,7 +264,7 @@ class ServiceWorker:
         await self.http.json("POST", f"/v1/queues/{QUEUE}/batch", b'{"messages":[' + items + b"]}")
 
     async def take(self, limit: int, wait: float = 0) -> Taken:
-        body: dict[str, Any] = {"max": limit, "wait": wait, "lease": LEASE_SECONDS}
+        body: dict[str, Any] = {"max": limit, "wait": wait, "lease": self.lease}
         acknowledging = self._unacknowledged
         if acknowledging is not None:
             body["ack"] = {"lock_id": acknowledging}

@@ -15,7 +15,7 @@ import psycopg
 
 from app.metrics import QUEUE_GAUGES_SECONDS
 from bench.accounting import percentile
-from bench.hourglass import QUEUE, now_ms
+from bench.hourglass import QUEUE, ServiceTarget, ServiceWorker, now_ms
 from bench.report import Measurement, Row
 from bench.targets import PAYLOAD, Target
 from bench.workloads import Bench
@@ -27,6 +27,7 @@ SNAPSHOT_LIMIT = 100
 SNAPSHOT_STARTS_AT = 0.25  # of the drain's messages delivered when the snapshot is taken
 HOLDER_CHECK_SECONDS = 0.25  # how often the hold looks whether the server ended its session
 IDLE_TIMEOUT_SECONDS = 10  # the idle-timeout lever's idle_in_transaction_session_timeout
+LONG_LEASE_SECONDS = 600  # the lease-beyond-hold lever's leases
 GAUGES_FRESH_SECONDS = QUEUE_GAUGES_SECONDS + 0.5  # a scrape then shows a reading made since
 
 
@@ -138,6 +139,7 @@ class Lever:
     undo: Statement = _nothing
     holder_options: str = ""  # the holding session's options, as its role's settings would be
     hold_ends_itself: bool = False  # the server may end the hold first
+    lease_seconds: int | None = None  # the workers' leases, when not bench's own
 
 
 LEVERS = {
@@ -155,6 +157,13 @@ LEVERS = {
             "fillfactor 70: 30% of each page left free for updated row versions",
             _statements("ALTER TABLE delayed_queue SET (fillfactor = 70)"),
             _statements("ALTER TABLE delayed_queue RESET (fillfactor)"),
+        ),
+        Lever(
+            "lease-beyond-hold",
+            f"leases of {LONG_LEASE_SECONDS} s, longer than the hold: an acknowledged "
+            "message's last index entry (at its lease's end) stays beyond every claim's "
+            "range while the snapshot is held, as if acknowledged rows were kept out of it",
+            lease_seconds=LONG_LEASE_SECONDS,
         ),
         Lever(
             "idle-timeout",
@@ -234,7 +243,7 @@ async def _held_snapshot(bench: Bench, lever: Lever) -> None:
     service = bench.service
     await service.prefill(plan.snapshot_messages, PAYLOAD)
     autovacuums_before = await _autovacuum_count(bench.dsn)
-    workers = [await service.worker() for _ in range(SNAPSHOT_WORKERS)]
+    workers = [await _worker(service, lever) for _ in range(SNAPSHOT_WORKERS)]
     polls: list[_Poll] = []
     delivered = 0
     quarter_delivered = asyncio.Event()
@@ -323,7 +332,7 @@ async def _held_snapshot(bench: Bench, lever: Lever) -> None:
         refilled = quarter
         await service.prefill(refilled, PAYLOAD, vacuum=False)
         # New connections: the server closes keep-alive ones idle for seconds.
-        workers = [await service.worker() for _ in range(SNAPSHOT_WORKERS)]
+        workers = [await _worker(service, lever) for _ in range(SNAPSHOT_WORKERS)]
         after_started = time.perf_counter()
         await asyncio.gather(*(drain(worker) for worker in workers))
         after = (after_started, time.perf_counter())
@@ -365,6 +374,13 @@ async def _held_snapshot(bench: Bench, lever: Lever) -> None:
     bench._add(Row(f"{name}: drain's length", "s", drained - started, None, {}))
     bench._add(Row(f"{name}: messages offered again after the hold", "msgs", refilled, None, {}))
     bench._add(Row(f"{name}: autovacuums of the table", "runs", autovacuums, None, {}))
+
+
+async def _worker(service: ServiceTarget, lever: Lever) -> ServiceWorker:
+    worker = await service.worker()
+    if lever.lease_seconds is not None:
+        worker.lease = lever.lease_seconds
+    return worker
 
 
 # The gauges an operator would look at (app/table_health.py), by the line /metrics shows.
