@@ -128,8 +128,9 @@ class TableHealthGauges:
             families.append(
                 GaugeMetricFamily(
                     "hourglass_innodb_history_length",
-                    "MariaDB: undo log records InnoDB's purge has not removed yet (its "
-                    "history list); it grows while an old transaction keeps its read view",
+                    "MariaDB: committed transactions whose undo log InnoDB's purge has not "
+                    "removed yet (its history list, one per transaction that wrote); it grows "
+                    "while an old transaction keeps its read view",
                     value=health.undo_history,
                 )
             )

@@ -49,5 +49,6 @@ class TableHealth:
 
     tables: tuple[TableVacuum, ...] = ()
     holders: tuple[VacuumHolder, ...] = ()
-    # MariaDB: undo log records InnoDB's purge has not yet removed (its history list).
+    # MariaDB: committed transactions whose undo log InnoDB's purge has not yet removed
+    # (its history list, one per transaction that wrote).
     undo_history: int | None = None

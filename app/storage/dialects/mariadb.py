@@ -115,8 +115,9 @@ _vacuum_holders = select(
     null().label("transactions"),
     null().label("horizon"),
 ).where(_innodb_transactions.c.trx_mysql_thread_id != func.connection_id())
-# Purge's lag: undo log records of committed transactions not yet purged (the history
-# list), which grows while an old read view holds them.
+# Purge's lag: committed transactions whose undo log is not yet purged, one per
+# transaction that wrote however many rows (the history list), which grows while an old
+# read view holds them.
 _undo_history = select(_innodb_metrics.c.COUNT).where(
     _innodb_metrics.c.NAME == "trx_rseg_history_len"
 )

@@ -23,5 +23,6 @@ table_vacuums: Any = None
 # One row per kind of holder the database reports, whether or not one holds now: "kind",
 # "seconds", "transactions", "horizon" (app/domain/table_health.py's VacuumHolder).
 vacuum_holders: Any = None
-# One row, one value: the undo log records the database has not yet purged.
+# One row, one value: the committed transactions whose undo log the database has not yet
+# purged.
 undo_history: Any = None
