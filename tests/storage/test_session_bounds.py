@@ -1,7 +1,8 @@
 """Every path of the service that connects to a database server bounds how long a
 transaction of its may stay idle (and, where its statements are the service's short ones,
 how long a statement may run and wait for a lock), as the server's own session shows it:
-the storage's connections, engines and PostgreSQL's peers."""
+the storage's connections, engines, PostgreSQL's peers, the start-up check and the
+migrations (the report's reads: tests/pipeline/test_report_sessions.py)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,22 @@ import psycopg
 import pytest
 from sqlalchemy import exc, text
 
-from app.config import Settings
+from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, Settings
 from app.domain.errors import StorageUnavailable
 from app.storage.blocking import create_blocking_storage
 from app.storage.dialects import for_engine_url
 from app.storage.dialects.postgresql_peers import LISTENER_NAME, SENDER_NAME, PostgresPeers
 from app.storage.engine import bounds_of as settings_bounds
+from app.storage.schema import upgrade_to_head
+from app.storage.startup import DatabaseUrl, check_database
 from tests.conftest import SERVERS
 from tests.sessions import (
     BOUNDS_SQL,
     bounds_of,
     expected,
+    idle_bound_only,
+    sessions_of_engines,
+    within,
 )
 
 # Bounds other than the defaults, so that a session that shows them took the settings'.
@@ -72,6 +78,26 @@ def test_an_engine_of_the_service_bounds_its_sessions(server):
     finally:
         store.close()
     assert shown == expected(name, lock_wait=LOCK_WAIT, statement=STATEMENT)
+
+
+def test_the_start_up_check_bounds_its_session(server):
+    name, url = server
+    with sessions_of_engines(name) as shown:
+        check_database(DatabaseUrl(url))
+    # The settings' defaults: it runs before the settings are read through.
+    bounds = expected(name, lock_wait=DEFAULT_LOCK_TIMEOUT, statement=DEFAULT_STATEMENT_TIMEOUT)
+    assert shown == [bounds]
+
+
+def test_the_migrations_bound_an_idle_transaction_and_not_a_statement(server):
+    # A migration may rebuild an index of a large table, and replicas wait for each
+    # other's on the migration lock: no statement bound; an idle transaction's still.
+    name, url = server
+    with sessions_of_engines(name) as shown:
+        upgrade_to_head(url)  # at head already: Alembic connects, takes the lock, looks
+    assert shown, "the migrations opened no connection"
+    bounds = idle_bound_only(name, statement=DEFAULT_STATEMENT_TIMEOUT)
+    assert [within(each, bounds) for each in shown] == [bounds] * len(shown)
 
 
 class _Events:
