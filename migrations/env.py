@@ -5,9 +5,10 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 
 from app.config import Settings
+from app.storage.engine import create_unpooled_engine
 from app.storage.tables import metadata
 
 # Any constants: replicas that start together take turns to migrate.
@@ -43,7 +44,10 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(_database_url(), poolclass=pool.NullPool)
+    # Bounded as the service's sessions are, but for a statement's time: a migration may
+    # rebuild an index of a large table, and replicas wait on the lock below for each
+    # other's. A transaction left idle is still ended (the statement bound + 2 s).
+    engine = create_unpooled_engine(_database_url(), statements=False)
     with engine.connect() as connection:
         context.configure(
             connection=connection,

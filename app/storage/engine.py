@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, exc
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
 
 from app.config import Settings
 from app.storage.calls import READINESS_CONNECTIONS
@@ -42,6 +43,17 @@ def create_database_engine(settings: Settings, dialect: Dialect | None = None) -
     _ping_doubtful_connections(engine, dialect, dialect.ping(engine))
     dialect.configure_engine(engine)
     return engine
+
+
+def create_unpooled_engine(
+    url: str, *, statements: bool = True, bounds: Bounds | None = None
+) -> Engine:
+    """An engine without a pool, for work outside the service's storage (the start-up
+    check, the migrations, the report's counts), its sessions bounded within `bounds` as
+    the service's are (Dialect.session_settings); `statements=False` for work whose
+    statements may run long: an idle transaction bounded, a statement not."""
+    options = for_engine_url(url, bounds).engine_options(statements=statements)
+    return create_engine(url, poolclass=NullPool, connect_args=options.get("connect_args", {}))
 
 
 def bounds_of(settings: Settings) -> Bounds:

@@ -9,14 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from alembic.util.exc import CommandError
-from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
-from sqlalchemy.pool import NullPool
 
 from app.config import SettingError, masked_url
 from app.storage.dialects import for_engine_url
 from app.storage.dialects.base import first_line
+from app.storage.engine import create_unpooled_engine
 from app.storage.schema import upgrade_to_head
 
 # While waiting for the database: the first retry after this long, doubling up to the
@@ -60,10 +59,8 @@ class DatabaseUrl:
 def check_database(database: DatabaseUrl) -> None:
     """Open one connection and run one statement; raise DatabaseUnreachable or
     DatabaseRefused (or SettingError when the URL's driver is not installed)."""
-    dialect = for_engine_url(database.url)
-    connect_args = dialect.engine_options().get("connect_args", {})
     try:
-        engine = create_engine(database.url, poolclass=NullPool, connect_args=connect_args)
+        engine = create_unpooled_engine(database.url)
     except (NoSuchModuleError, ImportError) as error:
         backend = make_url(database.url).get_backend_name()
         extra = _DRIVER_EXTRAS.get(backend)

@@ -96,6 +96,8 @@ def test_database_urls_map_to_jdbc_sources():
         "user": "app",
         "password": "secret",
         "sslmode": "require",
+        # An idle transaction bounded as the service's are (statement bound + 2 s).
+        "options": "-c idle_in_transaction_session_timeout=12000",
     }
     url, properties = jdbc_source("postgresql+psycopg:///hourglass")
     assert url == "jdbc:postgresql://localhost/hourglass"
@@ -105,6 +107,20 @@ def test_database_urls_map_to_jdbc_sources():
     assert url == "jdbc:mysql://db:3307/hourglass?permitMysqlScheme"  # backticks in Spark
     assert properties["driver"] == "org.mariadb.jdbc.Driver"
     assert (properties["user"], properties["password"]) == ("app", "secret")
+    assert properties["sessionVariables"] == "idle_transaction_timeout=12"
+
+
+def test_the_urls_own_session_options_are_kept_beside_the_bounds():
+    from app.pipeline.report import jdbc_source
+    from app.storage.dialects import Bounds
+
+    _, properties = jdbc_source(
+        "postgresql+psycopg://app@db/hourglass?options=-c%20search_path%3Dqueues",
+        Bounds(statement=30),
+    )
+    assert properties["options"] == (
+        "-c search_path=queues -c idle_in_transaction_session_timeout=32000"
+    )
 
 
 @pytest.mark.parametrize(

@@ -155,8 +155,21 @@ class Dialect:
     def __init__(self, bounds: Bounds | None = None) -> None:
         self.bounds = bounds or Bounds()
 
-    def engine_options(self) -> dict[str, Any]:
-        """Extra keyword arguments for `create_engine`."""
+    def session_settings(self, *, statements: bool = True) -> dict[str, float]:
+        """The server's settings that bound a session of the service, by their names, set as
+        each connection opens: how long a transaction may stay idle (the statement bound +
+        2 s: only a client gone silent mid-transaction leaves one idle that long; the server
+        then ends the session, and its locks and snapshot go) and, unless `statements` is
+        False, how long a statement may run and wait for a lock. Every connection the
+        service opens takes its bounds from here (decision 12; README, "Operations"); empty
+        where the database has no sessions to bound (SQLite)."""
+        return {}
+
+    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+        """Extra keyword arguments for `create_engine`: its connections' `connect_args` set
+        `session_settings(statements=statements)` as they open. `statements=False` is for
+        work whose statements may run long (the migrations, the report's reads): no bound
+        on a statement's time then, the server's or the client's."""
         return {}
 
     def configure_engine(self, engine: Engine) -> None:

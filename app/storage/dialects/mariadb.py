@@ -79,16 +79,10 @@ _UNAVAILABLE = {
 _NO_ANSWER = {1040, 1053, 2002, 2003, 2005, 2006, 2013}
 # Rows per DELETE … RETURNING of a removal (a purge may remove millions).
 _REMOVAL_BATCH = 1000
-# Set on every connection. SHOW WARNINGS lists at most max_error_count rows (64 by
-# default), fewer than a 200-row INSERT IGNORE over existing keys raises: every one
-# must be seen. A wait for a row lock (InnoDB's, 50 s by default) or a table lock
-# (lock_wait_timeout, a day by default) gives up after the lock bound, in whole
-# seconds, and any statement after the statement bound (max_statement_time, off by
-# default): each answers 503.
-_SESSION = (
-    "SET SESSION max_error_count = 65535, innodb_lock_wait_timeout = {lock_wait}, "
-    "lock_wait_timeout = {lock_wait}, max_statement_time = {statement}"
-)
+# Set on every connection, with the bounds (session_settings). SHOW WARNINGS lists at
+# most max_error_count rows (64 by default), fewer than a 200-row INSERT IGNORE over
+# existing keys raises: every one must be seen.
+_SESSION = {"max_error_count": 65535}
 
 _innodb_transactions = table(
     "INNODB_TRX",
@@ -191,14 +185,40 @@ class MariaDBDialect(Dialect):
     def payload_digest(self, payload: bytes) -> str:
         return hashlib.sha256(payload).hexdigest()
 
-    def engine_options(self) -> dict[str, Any]:
+    def session_settings(self, *, statements: bool = True) -> dict[str, float]:
         bounds = self.bounds
-        session = _SESSION.format(
-            lock_wait=max(1, math.ceil(bounds.lock_wait)), statement=bounds.statement
-        )
-        # The client's own bound on waiting for an answer (the socket's, whole seconds):
-        # past it, a server or network gone silent is given up, the connection closed.
-        answer_deadline = math.ceil(bounds.answer_deadline)
+        # A transaction left idle this long (whole seconds; MariaDB 10.3+) belongs to a
+        # client that went silent mid-way: the server closes the connection, and the
+        # transaction's row locks and read view go with it.
+        settings: dict[str, float] = {"idle_transaction_timeout": math.ceil(bounds.answer_deadline)}
+        if statements:
+            # A wait for a row lock (InnoDB's, 50 s by default) or a table lock
+            # (lock_wait_timeout, a day by default) gives up after the lock bound, in whole
+            # seconds, and any statement after the statement bound (max_statement_time, off
+            # by default): each answers 503.
+            lock_wait = max(1, math.ceil(bounds.lock_wait))
+            settings |= {
+                "innodb_lock_wait_timeout": lock_wait,
+                "lock_wait_timeout": lock_wait,
+                "max_statement_time": bounds.statement,
+            }
+        return settings
+
+    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+        settings = {**_SESSION, **self.session_settings(statements=statements)}
+        session = ", ".join(f"{name} = {value}" for name, value in settings.items())
+        connect_args: dict[str, Any] = {
+            "init_command": f"SET SESSION {session}",
+            "charset": "utf8mb4",
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            # Payloads go as _binary'…' literals, never read as utf8mb4 text.
+            "binary_prefix": True,
+        }
+        if statements:
+            # The client's own bound on waiting for an answer (the socket's, whole seconds):
+            # past it, a server or network gone silent is given up, the connection closed.
+            answer_deadline = math.ceil(self.bounds.answer_deadline)
+            connect_args |= {"read_timeout": answer_deadline, "write_timeout": answer_deadline}
         return {
             "isolation_level": "READ COMMITTED",
             # The server closes connections idle for wait_timeout (8 hours by default).
@@ -207,15 +227,7 @@ class MariaDBDialect(Dialect):
             # transaction it begins (ThreadedConnections.open), so it would be a round trip per
             # call for nothing. A connection closed mid-transaction still rolls back.
             "pool_reset_on_return": None,
-            "connect_args": {
-                "init_command": session,
-                "charset": "utf8mb4",
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                "read_timeout": answer_deadline,
-                "write_timeout": answer_deadline,
-                # Payloads go as _binary'…' literals, never read as utf8mb4 text.
-                "binary_prefix": True,
-            },
+            "connect_args": connect_args,
         }
 
     def configure_engine(self, engine: Engine) -> None:

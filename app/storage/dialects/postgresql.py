@@ -605,19 +605,28 @@ class PostgreSQLDialect(Dialect):
     def payload_digest(self, payload: bytes) -> bytes:
         return hashlib.sha256(payload).digest()
 
-    def engine_options(self) -> dict[str, Any]:
+    def session_settings(self, *, statements: bool = True) -> dict[str, float]:
         bounds = self.bounds
-        options = (
-            f"{SESSION_OPTIONS} -c lock_timeout={_ms(bounds.lock_wait)} "
-            f"-c statement_timeout={_ms(bounds.statement)} "
-            # A transaction left idle this long belongs to a client that went silent
-            # mid-way: the server ends it, and its row locks go with it.
-            f"-c idle_in_transaction_session_timeout={_ms(bounds.answer_deadline)}"
-        )
+        # A transaction left idle this long belongs to a client that went silent mid-way:
+        # the server ends the session (25P03), and its row locks and snapshot go with it.
+        settings: dict[str, float] = {
+            "idle_in_transaction_session_timeout": _ms(bounds.answer_deadline)
+        }
+        if statements:
+            settings |= {
+                "lock_timeout": _ms(bounds.lock_wait),
+                "statement_timeout": _ms(bounds.statement),
+            }
+        return settings
+
+    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+        # The pool's and the peers' sessions (connect_arguments) and the engines': libpq
+        # sends the options in its start-up packet, so no statement runs before them.
+        bounds = self.session_settings(statements=statements)
         return {
             "connect_args": {
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                "options": options,
+                "options": f"{SESSION_OPTIONS} {server_options(bounds)}",
                 "keepalives": 1,
                 "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
                 "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
@@ -892,6 +901,11 @@ def _deleted_by_each(
         left.difference_update((each.queue, each.lock_id, key) for key in mine)
         deleted.append(mine)
     return deleted
+
+
+def server_options(settings: dict[str, float]) -> str:
+    """Settings as libpq's `options` (and pgJDBC's): `-c name=value` each."""
+    return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 
 def _ms(seconds: float) -> int:
