@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.conftest import scratch_database
@@ -74,6 +75,41 @@ def test_the_quick_benchmark_runs_and_reports_every_workload(tmp_path):
     assert all(snapshot[f"drain {window}"] > 0 for window in ("before", "during", "after"))
     assert snapshot["dead tuples at the hold's end (pgstattuple)"] > 0
     assert results.read_text() == recorded  # --quick leaves the recorded figures alone
+
+
+@pytest.mark.postgresql_only
+def test_the_held_snapshot_runs_once_per_lever_and_leaves_the_table_as_migrated(tmp_path):
+    output = tmp_path / "bench.json"
+    levers = ("table-defaults", "fillfactor-70", "lease-beyond-hold")
+    with scratch_database("postgresql", "bench") as url:
+        plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        _bench(
+            "run",
+            *("--peers", "", "--workloads", "snapshot", "--json", str(output)),
+            *("--snapshot-levers", ",".join(levers), "--database-url", plain_url),
+        )
+        with psycopg.connect(plain_url) as connection:
+            row = connection.execute(_TABLE_OPTIONS).fetchone()
+    # Each lever undone: the table's storage parameters are migration 0002's again.
+    assert row is not None
+    assert sorted(row[0]) == sorted(_MIGRATED_OPTIONS)
+    names = [workload["name"] for workload in json.loads(output.read_text())["workloads"]]
+    for lever in levers:
+        assert f"held snapshot, 1 s in a drain of 5,000, lever {lever}: drain before" in names
+    assert any("/metrics held back seconds" in name for name in names)
+
+
+_TABLE_OPTIONS = "SELECT reloptions FROM pg_class WHERE relname = 'delayed_queue'"
+# The queue table's storage parameters as migrated (migrations/versions/0002).
+_MIGRATED_OPTIONS = (
+    "autovacuum_vacuum_scale_factor=0.01",
+    "autovacuum_vacuum_threshold=1000",
+    "autovacuum_vacuum_insert_scale_factor=0.01",
+    "autovacuum_vacuum_insert_threshold=1000",
+    "autovacuum_analyze_scale_factor=0.02",
+    "autovacuum_analyze_threshold=1000",
+    "autovacuum_vacuum_cost_delay=0",
+)
 
 
 @pytest.mark.server_databases

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.config import Settings
+from app.storage.blocking import create_blocking_storage
 from app.storage.tables import POLL_INDEX
-from tests.conftest import START_MS
+from tests.conftest import START_MS, truncate_all
 from tests.helpers import fill_queue
 
 QUEUE = "orders"
@@ -176,3 +178,56 @@ def test_the_claim_takes_the_due_rows_in_the_poll_s_order(queue_with_a_future):
         f"low-{n:07d}" for n in range(1, DUE_LOW + 1)
     ]
     assert {delivery.message.priority for delivery in taken.deliveries} == {3, 0}
+
+
+ONE_PRIORITY = 20_000  # due messages, all of priority 0, as most queues hold
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("limit", [1, 100])
+def test_on_a_queue_of_one_priority_the_poll_s_index_wins_by_a_margin(postgresql_url, limit):
+    """With every message of one priority, the statistics hold one distinct value, and a
+    priority compared with the list's (an unknown value to the planner) matched every row:
+    the lists' index ("pKind", "scheduledAt", id), the priority a filter, cost exactly
+    what the poll's index did, and an analyze could tip the claim onto it, to walk every
+    due row for each empty priority (~1 s a poll at 300,000). Revision 0010 declares ten
+    distinct priorities: the lists' index must cost clearly more."""
+    truncate_all(postgresql_url)
+    fill_queue(postgresql_url, QUEUE, ONE_PRIORITY, due_at=NOW - ONE_PRIORITY - 1)
+    store = create_blocking_storage(Settings(database_url=postgresql_url, auto_migrate=False))
+    try:
+        with store.engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE delayed_queue")
+            connection.commit()
+        statement = store.dialect.statements.leases.claims[False, limit > 1]
+        chosen = _claim_scan(store, statement, limit)
+        assert chosen["Index Name"] == POLL_INDEX
+        other = _claim_scan(store, statement, limit, without=POLL_INDEX)
+    finally:
+        store.close()
+    assert other["Index Name"] == "delayed_queue__kind_scheduled_at_id_idx"
+    assert other["Total Cost"] >= 1.5 * chosen["Total Cost"], (other, chosen)
+
+
+def _claim_scan(store, statement: Any, limit: int, without: str | None = None) -> dict:
+    """The claim's scan of the queue's rows in the planner's estimate (EXPLAIN, not run),
+    `without` an index (dropped in the transaction the EXPLAIN runs in, rolled back)."""
+    compiled = statement.compile(dialect=store.engine.dialect)
+    values = {**compiled.params, **_parameters(limit)}
+    with store.engine.connect() as connection:
+        transaction = connection.begin()
+        try:
+            if without is not None:
+                connection.exec_driver_sql(f'DROP INDEX "{without}"')
+            [(plans,)] = connection.exec_driver_sql(
+                f"EXPLAIN (FORMAT JSON) {compiled.string}", values
+            ).all()
+        finally:
+            transaction.rollback()
+    plan = (json.loads(plans) if isinstance(plans, str) else plans)[0]["Plan"]
+    [scan] = [
+        node
+        for node in _nodes(plan)
+        if node["Node Type"] == "Index Scan" and node["Index Name"] != "delayed_queue_pkey"
+    ]
+    return scan

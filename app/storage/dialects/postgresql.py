@@ -99,7 +99,8 @@ from app.storage.tables import delayed_queue as queue_table
 # message reads one range and locks one row. (A plain ORDER BY priority DESC over
 # the index would walk the future messages of every higher priority before the due
 # ones of a lower one; PostgreSQL 15 reads `priority = ANY(…)` as no ordered range.)
-# tests/storage/test_poll_plans.py holds PostgreSQL to this plan.
+# tests/storage/test_poll_plans.py holds PostgreSQL to this plan; revision 0010 tells the
+# planner there are ten priorities, without which it may as well walk the lists' index.
 _PRIORITIES = values(column("priority", SmallInteger), name="priorities", literal_binds=True).data(
     [(priority,) for priority in PRIORITIES]
 )
