@@ -27,6 +27,7 @@ SNAPSHOT_LIMIT = 100
 SNAPSHOT_STARTS_AT = 0.25  # of the drain's messages delivered when the snapshot is taken
 HOLDER_CHECK_SECONDS = 0.25  # how often the hold looks whether the server ended its session
 IDLE_TIMEOUT_SECONDS = 10  # the idle-timeout lever's idle_in_transaction_session_timeout
+RELOAD_SECONDS = 5.0  # how long --server-autovacuum waits for the server to take it
 LONG_LEASE_SECONDS = 600  # the lease-beyond-hold lever's leases
 GAUGES_FRESH_SECONDS = QUEUE_GAUGES_SECONDS + 0.5  # a scrape then shows a reading made since
 
@@ -113,17 +114,17 @@ def _statements(*sql: str) -> Statement:
     return run
 
 
-# Migration 0002's storage parameters of the queue table (aggressive autovacuum).
+# The queue table's autovacuum storage parameters (migration 0002 sets them).
 _TABLE_AUTOVACUUM = (
     "autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, "
     "autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold, "
     "autovacuum_analyze_scale_factor, autovacuum_analyze_threshold, "
     "autovacuum_vacuum_cost_delay"
 )
-_TABLE_AUTOVACUUM_0002 = (
-    "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
-    "autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000, "
-    "autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000, "
+_TABLE_AUTOVACUUM_AGGRESSIVE = (
+    "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 100, "
+    "autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 100, "
+    "autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 100, "
     "autovacuum_vacuum_cost_delay = 0"
 )
 
@@ -131,12 +132,12 @@ _TABLE_AUTOVACUUM_0002 = (
 @dataclass(frozen=True)
 class Lever:
     """One thing the field does about held snapshots, set up on the queue table before
-    the workload (whose TRUNCATE gives it fresh pages) and undone after it."""
+    the workload (whose TRUNCATE gives it fresh pages); the table's storage parameters
+    are put back as they were after it."""
 
     name: str
     what: str
     apply: Statement = _nothing
-    undo: Statement = _nothing
     holder_options: str = ""  # the holding session's options, as its role's settings would be
     hold_ends_itself: bool = False  # the server may end the hold first
     lease_seconds: int | None = None  # the workers' leases, when not bench's own
@@ -150,13 +151,17 @@ LEVERS = {
             "table-defaults",
             "the table's autovacuum settings back to the server's defaults (20% of the rows)",
             _statements(f"ALTER TABLE delayed_queue RESET ({_TABLE_AUTOVACUUM})"),
-            _statements(f"ALTER TABLE delayed_queue SET ({_TABLE_AUTOVACUUM_0002})"),
+        ),
+        Lever(
+            "autovacuum-aggressive",
+            "the table's autovacuum after 100 dead rows, whatever the table's size "
+            "(the server's naptime, 1 min by default, still sets how often it looks)",
+            _statements(f"ALTER TABLE delayed_queue SET ({_TABLE_AUTOVACUUM_AGGRESSIVE})"),
         ),
         Lever(
             "fillfactor-70",
             "fillfactor 70: 30% of each page left free for updated row versions",
             _statements("ALTER TABLE delayed_queue SET (fillfactor = 70)"),
-            _statements("ALTER TABLE delayed_queue RESET (fillfactor)"),
         ),
         Lever(
             "lease-beyond-hold",
@@ -176,17 +181,32 @@ LEVERS = {
 }
 
 
+async def _storage_parameters(connection: psycopg.AsyncConnection) -> list[str]:
+    """The queue table's storage parameters, as `name=value` each."""
+    cursor = await connection.execute(
+        "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'delayed_queue'::regclass"
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return list(row[0])
+
+
+async def _restore_storage_parameters(
+    connection: psycopg.AsyncConnection, saved: list[str]
+) -> None:
+    """Put the queue table's storage parameters back to `saved`, whatever a lever set."""
+    if now := await _storage_parameters(connection):
+        names = ", ".join(option.split("=", 1)[0] for option in now)
+        await connection.execute(f"ALTER TABLE delayed_queue RESET ({names})")
+    if saved:
+        await connection.execute(f"ALTER TABLE delayed_queue SET ({', '.join(saved)})")
+
+
 async def server_autovacuum(dsn: str, on: bool | None) -> Callable[[], Awaitable[None]]:
     """Turn the server's autovacuum on or off (None: leave it) for the run, through
-    ALTER SYSTEM and a reload; answer what puts it back as it was."""
+    ALTER SYSTEM and a reload, and see it take; answer what puts it back as it was."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-        cursor = await connection.execute(
-            "SELECT setting, sourcefile LIKE '%%postgresql.auto.conf' FROM pg_settings "
-            "WHERE name = 'autovacuum'"
-        )
-        row = await cursor.fetchone()
-        assert row is not None
-        setting, from_auto_conf = row[0], bool(row[1])
+        setting, source = await _autovacuum_setting(connection)
         if on is None or (setting == "on") == on:
             print(f"server autovacuum: {setting}", flush=True)
 
@@ -194,20 +214,43 @@ async def server_autovacuum(dsn: str, on: bool | None) -> Callable[[], Awaitable
                 pass
 
             return unchanged
-        await connection.execute(f"ALTER SYSTEM SET autovacuum = {'on' if on else 'off'}")
+        if source is None:  # pg_settings hides where it comes from without the privilege
+            raise RuntimeError("--server-autovacuum: cannot read where autovacuum is set")
+        wanted = "on" if on else "off"
+
+        async def put_back() -> None:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as again:
+                if source.endswith("postgresql.auto.conf"):
+                    await again.execute(f"ALTER SYSTEM SET autovacuum = {setting}")
+                else:
+                    await again.execute("ALTER SYSTEM RESET autovacuum")
+                await again.execute("SELECT pg_reload_conf()")
+            print(f"server autovacuum: back to {setting}", flush=True)
+
+        await connection.execute(f"ALTER SYSTEM SET autovacuum = {wanted}")
         await connection.execute("SELECT pg_reload_conf()")
-        print(f"server autovacuum: {'on' if on else 'off'} for this run (was {setting})")
+        # The reload is signalled, not waited for; a setting given on the server's
+        # command line wins over ALTER SYSTEM. New sessions show what holds.
+        deadline = time.monotonic() + RELOAD_SECONDS
+        while True:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as fresh:
+                if (await _autovacuum_setting(fresh))[0] == wanted:
+                    break
+            if time.monotonic() > deadline:
+                await put_back()
+                raise RuntimeError(f"--server-autovacuum: the server did not take {wanted}")
+            await asyncio.sleep(0.1)
+        print(f"server autovacuum: {wanted} for this run (was {setting})", flush=True)
+    return put_back
 
-    async def restore() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-            if from_auto_conf:
-                await connection.execute(f"ALTER SYSTEM SET autovacuum = {setting}")
-            else:
-                await connection.execute("ALTER SYSTEM RESET autovacuum")
-            await connection.execute("SELECT pg_reload_conf()")
-        print(f"server autovacuum: back to {setting}", flush=True)
 
-    return restore
+async def _autovacuum_setting(connection: psycopg.AsyncConnection) -> tuple[str, str | None]:
+    cursor = await connection.execute(
+        "SELECT setting, sourcefile FROM pg_settings WHERE name = 'autovacuum'"
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 @dataclass(frozen=True)
@@ -225,17 +268,19 @@ async def held_snapshot(bench: Bench, lever: Lever = LEVERS["none"]) -> None:
     table's dead tuples at its start, at its end and after the drain, and the service's
     own gauges (/metrics) beside them. If less than a quarter of the messages is left
     after the hold, "after" is a second drain of a quarter of them, offered once the
-    hold is over. `lever` is set up on the emptied table first and undone at the end."""
+    hold is over. `lever` is set up on the emptied table first, and the table's storage
+    parameters are put back at the end."""
     service = bench.service
     await service.clear()
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as connection:
         await connection.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        saved = await _storage_parameters(connection)
         await lever.apply(connection)
     try:
         await _held_snapshot(bench, lever)
     finally:
         async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as connection:
-            await lever.undo(connection)
+            await _restore_storage_parameters(connection, saved)
 
 
 async def _held_snapshot(bench: Bench, lever: Lever) -> None:
@@ -339,7 +384,8 @@ async def _held_snapshot(bench: Bench, lever: Lever) -> None:
         await asyncio.gather(*(worker.close() for worker in workers))
     async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
         dead["after the drain"] = await _dead_tuples(sampler)
-    gauges["after the drain"] = await _gauges(metrics_url, after=GAUGES_FRESH_SECONDS)
+    if plan.snapshot_hold >= GAUGES_FRESH_SECONDS:  # --quick: no wait for a fresh reading
+        gauges["after the drain"] = await _gauges(metrics_url, after=GAUGES_FRESH_SECONDS)
     autovacuums = await _autovacuum_count(bench.dsn) - autovacuums_before
 
     print(f"held snapshot, lever {lever.name}: {lever.what}", flush=True)

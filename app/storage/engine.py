@@ -37,7 +37,7 @@ def create_database_engine(settings: Settings, dialect: Dialect | None = None) -
         # for a while and needing a ping.
         "pool_use_lifo": True,
         "insertmanyvalues_page_size": INSERT_ROWS_PER_STATEMENT,
-        **dialect.engine_options(),
+        **dialect.engine_options(url=settings.database_url),
     }
     engine = create_engine(settings.database_url, **options)
     _ping_doubtful_connections(engine, dialect, dialect.ping(engine))
@@ -52,7 +52,7 @@ def create_unpooled_engine(
     check, the migrations, the report's counts), its sessions bounded within `bounds` as
     the service's are (Dialect.session_settings); `statements=False` for work whose
     statements may run long: an idle transaction bounded, a statement not."""
-    options = for_engine_url(url, bounds).engine_options(statements=statements)
+    options = for_engine_url(url, bounds).engine_options(statements=statements, url=url)
     return create_engine(url, poolclass=NullPool, connect_args=options.get("connect_args", {}))
 
 

@@ -14,7 +14,8 @@ from one analyze to the next (bench/RESULTS.md, "A poll that read the wrong inde
 Declaring the column's distinct values as the ten a priority can take (0-9) makes
 the planner count a tenth of the rows per priority: the lists' index then costs
 about twice the poll's for a claim, whatever the analyze saw. ANALYZE here applies it
-at once (it samples at most 30,000 rows); autovacuum's analyzes keep it.
+at once where the table holds rows (it samples at most 30,000); on an empty table the
+first analyze that sees rows does, and every analyze after keeps it.
 tests/storage/test_poll_plans.py holds the margin.
 
 Revision ID: 0010

@@ -22,6 +22,7 @@ from app.storage.blocking import create_blocking_storage
 from app.storage.dialects import for_engine_url
 from app.storage.dialects.postgresql_peers import LISTENER_NAME, SENDER_NAME, PostgresPeers
 from app.storage.engine import bounds_of as settings_bounds
+from app.storage.engine import create_unpooled_engine
 from app.storage.schema import upgrade_to_head
 from app.storage.startup import DatabaseUrl, check_database
 from tests.conftest import SERVERS
@@ -178,3 +179,27 @@ def test_the_server_ends_a_transaction_left_idle_past_the_bound(server):
         store.close()
     assert isinstance(translated, StorageUnavailable), translated
     assert waited >= statement + 2 - 0.5, waited
+
+
+def test_a_postgresql_url_s_own_options_hold_beside_the_bounds(postgresql_url):
+    """`?options=-c …` in the URL (a search_path, a work_mem) is kept on every path: the
+    service's pool, its engines and the unpooled ones (migrations, the report's counts),
+    as the report's JDBC reads keep it; the service's bounds come after it."""
+    url = f"{postgresql_url}?options=-c%20work_mem%3D7MB"
+    store = create_blocking_storage(_settings(url))
+    try:
+        pooled = store.wait(store.storage.runner.rows(text("SHOW work_mem"), {}))
+        with store.engine.connect() as connection:
+            engine = connection.exec_driver_sql("SHOW work_mem").scalar()
+            bounds = bounds_of(connection.exec_driver_sql(BOUNDS_SQL["postgresql"]))
+    finally:
+        store.close()
+    unpooled_engine = create_unpooled_engine(url, statements=False)
+    try:
+        with unpooled_engine.connect() as connection:
+            unpooled = connection.exec_driver_sql("SHOW work_mem").scalar()
+    finally:
+        unpooled_engine.dispose()
+    assert [row[0] for row in pooled] == ["7MB"]
+    assert (engine, unpooled) == ("7MB", "7MB")
+    assert bounds == expected("postgresql", lock_wait=LOCK_WAIT, statement=STATEMENT)

@@ -165,11 +165,12 @@ class Dialect:
         where the database has no sessions to bound (SQLite)."""
         return {}
 
-    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+    def engine_options(self, *, statements: bool = True, url: str | None = None) -> dict[str, Any]:
         """Extra keyword arguments for `create_engine`: its connections' `connect_args` set
-        `session_settings(statements=statements)` as they open. `statements=False` is for
-        work whose statements may run long (the migrations, the report's reads): no bound
-        on a statement's time then, the server's or the client's."""
+        `session_settings(statements=statements)` as they open, after what the database
+        URL `url` itself sets for a session, if it does. `statements=False` is for work
+        whose statements may run long (the migrations, the report's reads): the service
+        sets no bound on a statement's time then (the server's or the role's own applies)."""
         return {}
 
     def configure_engine(self, engine: Engine) -> None:

@@ -204,7 +204,8 @@ class MariaDBDialect(Dialect):
             }
         return settings
 
-    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+    def engine_options(self, *, statements: bool = True, url: str | None = None) -> dict[str, Any]:
+        # A URL's own `init_command` is replaced by this one (mysqlclient runs one).
         settings = {**_SESSION, **self.session_settings(statements=statements)}
         session = ", ".join(f"{name} = {value}" for name, value in settings.items())
         connect_args: dict[str, Any] = {

@@ -620,14 +620,18 @@ class PostgreSQLDialect(Dialect):
             }
         return settings
 
-    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+    def engine_options(self, *, statements: bool = True, url: str | None = None) -> dict[str, Any]:
         # The pool's and the peers' sessions (connect_arguments) and the engines': libpq
-        # sends the options in its start-up packet, so no statement runs before them.
+        # sends the options in its start-up packet, so no statement runs before them. A
+        # URL's own `options` (`?options=-c search_path=…`) come first: a `connect_args`
+        # value replaces the URL's, and where a setting is given twice the last one holds.
         bounds = self.session_settings(statements=statements)
+        own = make_url(url).query.get("options") if url is not None else None
+        options = f"{SESSION_OPTIONS} {server_options(bounds)}"
         return {
             "connect_args": {
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                "options": f"{SESSION_OPTIONS} {server_options(bounds)}",
+                "options": f"{own} {options}" if isinstance(own, str) and own else options,
                 "keepalives": 1,
                 "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
                 "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
@@ -648,7 +652,7 @@ class PostgreSQLDialect(Dialect):
         """psycopg's keyword arguments for a connection to `url`, with the session's settings
         and bounds (engine_options)."""
         _, from_url = postgresql_dialect().create_connect_args(make_url(url))
-        return {**from_url, **self.engine_options()["connect_args"]}
+        return {**from_url, **self.engine_options(url=url)["connect_args"]}
 
     def connections(self, url: str, size: int) -> DirectPool:
         """psycopg's asyncio connections, awaited directly (app/storage/dialects/postgresql_direct.py)."""

@@ -61,7 +61,7 @@ class SQLiteDialect(Dialect):
     statements = resolved(STATEMENTS)
     read_options: ClassVar[dict[str, Any]] = {"sqlite_read_only": True}
 
-    def engine_options(self, *, statements: bool = True) -> dict[str, Any]:
+    def engine_options(self, *, statements: bool = True, url: str | None = None) -> dict[str, Any]:
         # A writer waits for another to finish for the lock bound, then reports "database
         # is locked" (503). SQLite has no bound on a statement's time, and no sessions to
         # bound an idle transaction of (session_settings).
