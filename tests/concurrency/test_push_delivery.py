@@ -429,7 +429,11 @@ def test_a_push_killed_mid_request_loses_nothing_and_repeats_only_what_was_in_fl
             filled = receiver.wait_until(
                 lambda r: r.in_flight == KILL_CONCURRENCY, timeout=KILL_FILL_SECONDS
             )
-            assert filled, f"{receiver.in_flight} requests in flight, not {KILL_CONCURRENCY}"
+            assert filled, (
+                f"{receiver.in_flight} requests in flight, not {KILL_CONCURRENCY}, after "
+                f"{receiver.arrived()} arrived; the server's last lines:\n"
+                + "".join(first.output[-30:])
+            )
             held_at_kill = receiver.keys_in_flight
             killed_at = time.time()
             os.kill(first.pid, signal.SIGKILL)
