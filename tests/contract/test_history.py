@@ -60,7 +60,9 @@ def test_deleted_purged_and_withdrawn_messages_are_dropped(client, clock, databa
     runs = len(install.json()["next_runs"])  # installed up to the lookahead, at least these
     assert client.delete("/v1/queues/q/cron/tick").status_code == 204
     rows = history_rows(database.url)
-    assert [row["key"] for row in rows[:3]] == ["deleted", "purged-1", "purged-2"]
+    assert rows[0]["key"] == "deleted"
+    # One purge records its messages in the order its DELETE returned them: any order.
+    assert sorted(row["key"] for row in rows[1:3]) == ["purged-1", "purged-2"]
     assert len(rows) - 3 >= min(runs, 3)
     assert all(row["key"].startswith("tick/") for row in rows[3:])
     assert {(row["outcome"], row["deliveries"], row["finishedAt"]) for row in rows} == {
