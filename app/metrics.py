@@ -463,11 +463,18 @@ class _QueueGauges:
         for queue in stats:
             for state in ("ready", "scheduled", "leased"):
                 messages.add_metric([queue.queue, state], getattr(queue, state))
+        paused = GaugeMetricFamily(
+            "hourglass_queue_paused",
+            "1 while the queue is paused (it delivers nothing), else 0 (read at scrape time)",
+            labels=["queue"],
+        )
         for queue in stats:
             waited = 0 if queue.oldest_ready_at is None else max(0, now - queue.oldest_ready_at)
             oldest.add_metric([queue.queue], waited / 1000)
+            paused.add_metric([queue.queue], 1 if queue.paused else 0)
         yield messages
         yield oldest
+        yield paused
         yield GaugeMetricFamily(
             "hourglass_ready",
             "1 when the database answers at this release's schema, as /readyz checks it; "

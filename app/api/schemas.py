@@ -425,6 +425,11 @@ class QueueStatsResponse(BaseModel):
     leased: int
     oldest_ready_at: Timestamp | None
     next_scheduled_at: Timestamp | None
+    paused: bool = Field(
+        description="Paused: the queue delivers nothing (polls answer empty, push sends "
+        "nothing) until resumed, and takes everything else"
+    )
+    paused_at: Timestamp | None = Field(description="Since when it has been paused")
 
 
 class QueueListResponse(BaseModel):
@@ -641,7 +646,9 @@ class CronEntryResponse(BaseModel):
     config_hash: str = Field(description="Identifies schedule, time zone, payload and priority")
     created_at: Timestamp
     updated_at: Timestamp
-    next_runs: list[Timestamp]
+    paused: bool = Field(description="Paused: it installs no runs until resumed")
+    paused_at: Timestamp | None = Field(description="Since when it has been paused")
+    next_runs: list[Timestamp] = Field(description="The next runs it installs (none while paused)")
 
 
 class CronInstallResponse(CronEntryResponse):

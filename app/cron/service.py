@@ -133,6 +133,26 @@ class CronService:
         """The (queue, name) of every stored entry."""
         return await self.calls.run(self.storage.cron.names)
 
+    async def pause(self, queue: str, name: str) -> CronView:
+        """Install no more runs of the entry, and delete those never delivered (one a worker
+        holds, or one delivered and released to retry, stays); again is no error."""
+        now = self.clock.now_ms()
+        entry = await self.calls.run(partial(self.storage.cron.pause, queue, name, now), queue)
+        if entry is None:
+            raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
+        return self._view(entry, now, 5)
+
+    async def resume(self, queue: str, name: str) -> CronView:
+        """Install the entry's runs again, from now on: none of those it missed while
+        paused; again is no error."""
+        now = self.clock.now_ms()
+        entry = await self.calls.run(partial(self.storage.cron.resume, queue, name), queue)
+        if entry is None:
+            raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
+        await self.calls.run(partial(self._install_runs, entry, now), queue)
+        self.notifier.notify(queue)
+        return self._view(entry, now, 5)
+
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""
         now = self.clock.now_ms()
@@ -148,12 +168,16 @@ class CronService:
         An entry that fails is logged and counted and the others go on; `stopping`
         is checked between entries, so shutdown does not wait for a long pass.
         """
-        now = self.clock.now_ms()
         entries = await self.calls.run(self.storage.cron.entries)
         created = 0
         for entry in entries:
             if stopping():
                 break
+            if entry.paused_at is not None:
+                continue
+            # Each entry from its own now: a pass slowed past a pause and resume of an entry
+            # must not install the runs it missed meanwhile.
+            now = self.clock.now_ms()
             try:
                 created += await self.calls.run(
                     partial(self._install_runs, entry, now, SKEW_MARGIN_MS), entry.queue
@@ -225,8 +249,10 @@ class CronService:
         )
 
     def _view(self, entry: CronEntry, after: int, count: int) -> CronView:
+        """The entry with its next `count` runs after `after`: none while it is paused."""
         schedule = Schedule.from_json(json.loads(entry.schedule))
-        return CronView(entry, schedule, next_runs(schedule, after, count=count))
+        runs = [] if entry.paused_at is not None else next_runs(schedule, after, count=count)
+        return CronView(entry, schedule, runs)
 
 
 def _check_fits(schedule: Schedule, payload: bytes) -> None:

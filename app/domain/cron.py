@@ -34,6 +34,8 @@ class CronEntry:
     updated_at: int
     # The priority of every run (app/domain/messages.py: PRIORITIES).
     priority: int = 0
+    # Since when the entry has been paused (epoch ms; None: it runs).
+    paused_at: int | None = None
 
 
 class InstallOutcome(StrEnum):

@@ -181,7 +181,8 @@ class OfferResult:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Counts of a queue's messages by state at one instant."""
+    """Counts of a queue's messages by state at one instant, and since when it has been
+    paused (None: it delivers)."""
 
     queue: str
     messages: int
@@ -190,6 +191,11 @@ class QueueStats:
     leased: int
     oldest_ready_at: int | None
     next_scheduled_at: int | None
+    paused_at: int | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
 
 class Finish(StrEnum):

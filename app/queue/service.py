@@ -11,7 +11,6 @@ import asyncio
 import random
 import re
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -52,6 +51,7 @@ from app.domain.push import target_problem
 from app.domain.table_health import TableHealth
 from app.queue.notifier import Notifier
 from app.queue.ports import QueueEvents, QueueStorage, Unobserved
+from app.queue.recent import Recent
 from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
 
@@ -65,8 +65,15 @@ _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
 SETTINGS_CACHE_SECONDS = 5.0
 # The settings cache keeps only what it read in the last SETTINGS_CACHE_SECONDS, and
 # at most this many queues (~300 bytes each, measured): polls of ever new queue
-# names, one read each, leave nothing behind once they stop.
+# names, one read each, leave nothing behind once they stop (app/queue/recent.py).
 _SETTINGS_CACHE_SIZE = 10_000
+# Whether a queue is paused is read at most this often per process: a pause or resume
+# made through another replica applies here within this long, and a poll waiting on a
+# paused queue looks again this often (SPEC §16: within a second, with room to spare).
+PAUSE_CACHE_SECONDS = 0.25
+# A poll of a paused queue that was woken (an offer, or on PostgreSQL a resume through
+# another replica) trusts a read of the pause at most this old.
+WOKEN_PAUSE_SECONDS = 0.02
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
 # Queue names are at most this long (the column's size).
@@ -109,8 +116,16 @@ class QueueService:
         # Told of every queue's settings stored through this service (the push dispatcher
         # applies a change at once).
         self.settings_listeners: list[Callable[[QueueSettings], None]] = []
-        # queue -> (read at, epoch ms; its settings), oldest read first.
-        self._settings: OrderedDict[str, tuple[int, QueueSettings]] = OrderedDict()
+        self._settings: Recent[str, QueueSettings] = Recent(
+            clock, SETTINGS_CACHE_SECONDS, _SETTINGS_CACHE_SIZE
+        )
+        # queue -> since when it is paused (None: it delivers); and how many pauses and
+        # resumes this service has made, which tells a read they overtook.
+        self._pauses: Recent[str, int | None] = Recent(
+            clock, PAUSE_CACHE_SECONDS, _SETTINGS_CACHE_SIZE
+        )
+        self._pause_changes = 0
+        self._pause_reads: dict[str, asyncio.Future[int | None]] = {}
 
     # -- offers -------------------------------------------------------------------
 
@@ -241,11 +256,13 @@ class QueueService:
         abandoned: Callable[[], Awaitable[bool]] | None,
     ) -> Lease | None:
         if wait_seconds <= 0:
+            if await self.paused(queue):
+                return None
             return await self._claim(queue, settings, limit, lease_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         with self.notifier.subscription(queue):
-            first_look = True
+            first_look, woken = True, False
             while True:
                 ticket = self.notifier.ticket(queue)
                 # The caller is asked before each look after a wake-up, and after any
@@ -253,6 +270,17 @@ class QueueService:
                 if not first_look and abandoned is not None and await abandoned():
                     return None
                 first_look = False
+                paused, woken = await self.paused(queue, woken=woken), False
+                if paused:
+                    # Nothing to look for: wait for its resume (a wake-up, or the next
+                    # read of its pause), to the end of the wait. A wake-up may be a
+                    # resume through another replica: the next read goes to the database.
+                    remaining = deadline - loop.time()
+                    if remaining <= 0 or self.notifier.closed:
+                        return None
+                    await self.notifier.wait(ticket, min(remaining, PAUSE_CACHE_SECONDS))
+                    woken = ticket.is_set()
+                    continue
                 lease, before = await self._claim_undoable(queue, settings, limit, lease_ms)
                 if lease is not None and abandoned is not None and await abandoned():
                     # The caller hung up while this look claimed (a worker stopping cuts
@@ -474,29 +502,54 @@ class QueueService:
 
     async def settings(self, queue: str) -> QueueSettings:
         """The queue's settings (defaults when it has none), read at most every few seconds."""
-        cached = self._settings.get(queue)
-        if cached is not None and _within_settings_cache(self.clock.now_ms() - cached[0]):
-            return cached[1]
+        cached = self._settings.fresh(queue)
+        if cached is not None:
+            return cached[0]
         stored = await self._run(queue, partial(self.storage.settings.get, queue))
         settings = stored or QueueSettings(queue)
-        self._keep_settings(queue, settings)
+        self._settings.keep(queue, settings)
         return settings
 
-    def _keep_settings(self, queue: str, settings: QueueSettings) -> None:
-        """Cache `settings` as read now, and forget every entry that has expired.
+    async def paused(self, queue: str, *, woken: bool = False) -> bool:
+        """Whether the queue is paused, read at most every PAUSE_CACHE_SECONDS; for a poll
+        `woken` (perhaps by a resume through another replica), at most WOKEN_PAUSE_SECONDS
+        ago. Callers that ask while it is being read share that read. A read that a pause or
+        resume through this service overtook is not kept: it may have begun before that
+        change committed."""
+        cached = self._pauses.fresh(queue, WOKEN_PAUSE_SECONDS if woken else None)
+        if cached is not None:
+            return cached[0] is not None
+        reading = self._pause_reads.get(queue)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_pause(queue))
+            self._pause_reads[queue] = reading
+            reading.add_done_callback(lambda _: self._pause_reads.pop(queue, None))
+        return await asyncio.shield(reading) is not None
 
-        Entries stay in the order they were read (a queue read again moves to the
-        end), so the expired ones are at the front, and so is the oldest when the
-        cache is full.
-        """
+    async def _read_pause(self, queue: str) -> int | None:
+        changes = self._pause_changes
+        paused_at = await self._run(queue, partial(self.storage.settings.paused_at, queue))
+        if changes == self._pause_changes:
+            self._pauses.keep(queue, paused_at)
+        return paused_at
+
+    async def pause(self, queue: str) -> QueueStats:
+        """Stop delivering the queue's messages (polls answer empty, push sends nothing),
+        on every replica within a second; again is no error. Its stats."""
         now = self.clock.now_ms()
-        self._settings.pop(queue, None)
-        while self._settings:
-            read_at, _ = next(iter(self._settings.values()))
-            if len(self._settings) < _SETTINGS_CACHE_SIZE and _within_settings_cache(now - read_at):
-                break
-            self._settings.popitem(last=False)
-        self._settings[queue] = (now, settings)
+        paused_at = await self._run(queue, partial(self.storage.settings.pause, queue, now))
+        self._pause_changes += 1
+        self._pauses.keep(queue, paused_at)
+        return await self.stats(queue)
+
+    async def resume(self, queue: str) -> QueueStats:
+        """Deliver the queue's messages again, waking the polls that wait on it (here and,
+        where the database has peers, on every replica); again is no error. Its stats."""
+        await self._run(queue, partial(self.storage.settings.resume, queue))
+        self._pause_changes += 1
+        self._pauses.keep(queue, None)
+        self.notifier.notify(queue)
+        return await self.stats(queue)
 
     async def configured_queues(self) -> list[str]:
         """The queues that have settings of their own."""
@@ -547,7 +600,7 @@ class QueueService:
             # Where this queue's dead letters would go, named or by default.
             _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(queue, partial(self.storage.settings.put, settings))
-        self._keep_settings(queue, stored)
+        self._settings.keep(queue, stored)
         for listener in self.settings_listeners:
             listener(stored)
         return stored
@@ -611,11 +664,6 @@ class SchemaStatus:
 def _retry_due(retry: RetryPolicy, random_source: RandomSource, now: int, deliveries: int) -> int:
     """When a message released at `now` after its `deliveries`-th delivery is due again."""
     return now + retry.delay_ms(deliveries, random_source)
-
-
-def _within_settings_cache(age_ms: int) -> bool:
-    """Whether settings read `age_ms` ago still hold (not when the clock went back)."""
-    return 0 <= age_ms < SETTINGS_CACHE_SECONDS * 1000
 
 
 # The lock ids this service hands out; anything else can hold nothing.

@@ -76,7 +76,9 @@ class SqlCronEntries:
                 _runs_of(entry.queue, entry.name, stored.config_hash),
                 entry.updated_at,
             )
-        changed = dataclasses.replace(entry, created_at=stored.created_at)
+        changed = dataclasses.replace(
+            entry, created_at=stored.created_at, paused_at=stored.paused_at
+        )
         return CronInstall(InstallOutcome.CHANGED, changed, removed)
 
     async def uninstall(self, queue: str, name: str, now: int) -> int | None:
@@ -92,11 +94,49 @@ class SqlCronEntries:
 
         return await self.runner.transaction(uninstall)
 
+    async def pause(self, queue: str, name: str, now: int) -> CronEntry | None:
+        """Pause the entry (since `now`, or since its first pause) and delete its runs never
+        delivered (one a worker holds, or one delivered and released to retry, stays); the
+        entry, or None when there is none."""
+
+        async def pause(connection: Connection) -> CronEntry | None:
+            key = {"entry_queue": queue, "entry_name": name}
+            row = (await connection.execute(self.statements.cron_select_for_update, key)).first()
+            if row is None:
+                return None
+            entry = _cron_entry(row)
+            if entry.paused_at is None:
+                entry = dataclasses.replace(entry, paused_at=now)
+                await connection.execute(self.statements.cron_pause, {**key, "paused_at": now})
+            await self.removals.remove_on(
+                connection,
+                self.statements.entry_runs.delete_undelivered,
+                _runs_of(queue, name),
+                now,
+            )
+            return entry
+
+        return await self.runner.transaction(pause)
+
+    async def resume(self, queue: str, name: str) -> CronEntry | None:
+        """Let the entry run again; the entry, or None when there is none."""
+
+        async def resume(connection: Connection) -> CronEntry | None:
+            key = {"entry_queue": queue, "entry_name": name}
+            row = (await connection.execute(self.statements.cron_select_for_update, key)).first()
+            if row is None:
+                return None
+            if row.pausedAt is not None:
+                await connection.execute(self.statements.cron_pause, {**key, "paused_at": None})
+            return dataclasses.replace(_cron_entry(row), paused_at=None)
+
+        return await self.runner.transaction(resume)
+
     async def install_runs(
         self, entry: CronEntry, runs: Sequence[Offer], now: int, *, limit: int, keep_until: int
     ) -> int | None:
         """Bring the entry's runs under `limit` and add the first of `runs` that fit; how
-        many went in, or None when the entry was changed or removed meanwhile (then
+        many went in, or None when the entry was changed, paused or removed meanwhile (then
         nothing is written).
 
         The entry's stored runs (of its configuration, in any state) lose those due after
@@ -115,6 +155,8 @@ class SqlCronEntries:
                 await connection.execute(self.statements.cron_select_for_update, key)
             ).first()
             if current is None or current.configHash != entry.config_hash:
+                return None
+            if current.pausedAt is not None:
                 return None
             stored = sorted((await connection.execute(statements.keys, of_configuration)).scalars())
             kept = kept_run_count(
@@ -171,6 +213,7 @@ def _cron_row(entry: CronEntry) -> dict[str, Any]:
         "createdAt": entry.created_at,
         "updatedAt": entry.updated_at,
         "priority": entry.priority,
+        "pausedAt": entry.paused_at,
     }
 
 
@@ -185,6 +228,7 @@ def _cron_entry(row: Any) -> CronEntry:
         created_at=row.createdAt,
         updated_at=row.updatedAt,
         priority=row.priority,
+        paused_at=row.pausedAt,
     )
 
 

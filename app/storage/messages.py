@@ -380,27 +380,38 @@ class SqlMessages:
         return await self.runner.scalar(self.statements.queue_next_due, {"queue": queue})
 
     async def stats(self, queue: str, now: int) -> QueueStats:
-        """Counts by state; zeros for a queue that holds nothing."""
-        row = await self.runner.first(self.statements.queue_stats, {"queue": queue, "now": now})
-        if row is None:
-            return QueueStats(queue, 0, 0, 0, 0, None, None)
-        return _stats(row)
+        """Counts by state (zeros for a queue that holds nothing), and since when it has
+        been paused."""
+        paused = self.dialect.statements.settings.pause_select
 
-    async def all_stats(self, now: int) -> list[QueueStats]:
-        """Stats of every queue that holds messages or cron entries, by name."""
-        with_entries = self.dialect.statements.cron.cron_queues
-
-        async def read(connection: Connection) -> tuple[Sequence[Any], Sequence[str]]:
+        async def read(connection: Connection) -> tuple[Any, int | None]:
+            parameters = {"queue": queue, "now": now}
             return (
-                (await connection.execute(self.statements.queues_stats, {"now": now})).all(),
-                (await connection.execute(with_entries, {})).scalars().all(),
+                (await connection.execute(self.statements.queue_stats, parameters)).first(),
+                (await connection.execute(paused, {"queue": queue})).scalar(),
             )
 
-        rows, cron_queues = await self.runner.read(read)
-        stats = {row.pKind: _stats(row) for row in rows}
-        for queue in cron_queues:
-            stats.setdefault(queue, QueueStats(queue, 0, 0, 0, 0, None, None))
-        return [stats[queue] for queue in sorted(stats)]
+        row, paused_at = await self.runner.read(read)
+        return _stats(row, queue, paused_at)
+
+    async def all_stats(self, now: int) -> list[QueueStats]:
+        """Stats of every queue that holds messages or cron entries, or is paused, by name."""
+        with_entries = self.dialect.statements.cron.cron_queues
+        paused = self.dialect.statements.settings.pauses_select
+
+        async def read(connection: Connection) -> tuple[Sequence[Any], set[str], dict[str, int]]:
+            return (
+                (await connection.execute(self.statements.queues_stats, {"now": now})).all(),
+                set((await connection.execute(with_entries, {})).scalars().all()),
+                {row.queue: row.pausedAt for row in await connection.execute(paused, {})},
+            )
+
+        rows, cron_queues, pauses = await self.runner.read(read)
+        counted = {row.pKind: row for row in rows}
+        return [
+            _stats(counted.get(queue), queue, pauses.get(queue))
+            for queue in sorted(counted.keys() | cron_queues | pauses.keys())
+        ]
 
     async def purge(self, queue: str, now: int) -> int:
         """Delete every message of the queue; how many there were (in pages, one
@@ -436,13 +447,17 @@ def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
     }
 
 
-def _stats(row: Any) -> QueueStats:
+def _stats(row: Any, queue: str, paused_at: int | None) -> QueueStats:
+    """The stats of `queue` from its row of counts (None: it holds nothing)."""
+    if row is None:
+        return QueueStats(queue, 0, 0, 0, 0, None, None, paused_at)
     return QueueStats(
-        queue=row.pKind,
+        queue=queue,
         messages=row.messages,
         ready=row.ready,
         scheduled=row.scheduled,
         leased=row.leased,
         oldest_ready_at=row.oldest_ready_at,
         next_scheduled_at=row.next_scheduled_at,
+        paused_at=paused_at,
     )

@@ -1,4 +1,5 @@
-"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays, push)."""
+"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays, push),
+and which queues are paused (docs/decisions/0025-pause-and-resume.md)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,30 @@ class SqlSettings:
 
         await self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
+
+    async def pause(self, queue: str, now: int) -> int:
+        """Pause the queue, if it is not paused already; since when it is paused."""
+
+        async def pause(connection: Connection) -> int:
+            paused_at = (
+                await connection.execute(self.statements.pause_select, {"queue": queue})
+            ).scalar()
+            if paused_at is None:
+                await connection.execute(
+                    self.statements.pause_insert, {"queue": queue, "pausedAt": now}
+                )
+                paused_at = now
+            return paused_at
+
+        return await self.runner.transaction_over_keys(pause, f"pausing {queue!r}")
+
+    async def resume(self, queue: str) -> bool:
+        """Resume the queue; whether it was paused."""
+        return await self.runner.single(self.statements.pause_delete, {"queue": queue}) > 0
+
+    async def paused_at(self, queue: str) -> int | None:
+        """Since when the queue has been paused, or None while it delivers."""
+        return await self.runner.scalar(self.statements.pause_select, {"queue": queue})
 
 
 def _settings_of(row: Any) -> QueueSettings:

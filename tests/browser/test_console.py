@@ -196,6 +196,54 @@ def test_redrive_sends_dead_letters_back(console, unique):
     console.wait_for_text('[data-count="messages"] .value', "0", exact=True)
 
 
+def test_a_queue_is_paused_after_a_confirmation_and_resumed_from_its_banner(console, unique):
+    service = console.service
+    queue = f"pause-{unique}"
+    service.offer(queue, "k", 1)
+
+    console.open(f"/console/queues/{queue}")
+    console.click("#pause-button")
+    assert "delivers nothing" in console.answer_dialog(confirm=False)
+    assert service.stats(queue)["paused"] is False
+
+    console.click("#pause-button")
+    console.answer_dialog(confirm=True)
+    console.wait_for_text("#pause.paused", "Paused since")
+    assert service.stats(queue)["paused"] is True
+    assert service.poll(queue)["messages"] == []
+    console.open("/console/")
+    console.wait_for_text(f'[data-queue="{queue}"] .badge.paused', "paused", exact=True)
+
+    console.open(f"/console/queues/{queue}")
+    console.click("#resume-button")
+    console.wait_for_text("#pause-button", "Pause queue", exact=True)
+    assert service.stats(queue)["paused"] is False
+    assert [message["key"] for message in service.poll(queue)["messages"]] == ["k"]
+
+
+def test_a_cron_entry_is_paused_and_resumed_from_its_row(console, unique):
+    service = console.service
+    queue = f"cron-pause-{unique}"
+    installed = service.api.put(
+        f"/v1/queues/{queue}/cron/tick", json={"payload": 1, "cron": YEARLY}
+    )
+    assert installed.status_code == 201, installed.text
+
+    console.open(f"/console/queues/{queue}")
+    console.click('#cron [data-name="tick"] button[data-action="pause"]')
+    assert "installs no runs" in console.answer_dialog(confirm=True)
+    console.wait_for_text('#cron [data-name="tick"] .badge.paused', "paused", exact=True)
+    assert service.api.get(f"/v1/queues/{queue}/cron/tick").json()["paused"] is True
+    assert service.stats(queue)["messages"] == 0  # its pending run went
+
+    console.click('#cron [data-name="tick"] button[data-action="resume"]')
+    console.wait_for_text(
+        '#cron [data-name="tick"] button[data-action="pause"]', "Pause", exact=True
+    )
+    assert service.api.get(f"/v1/queues/{queue}/cron/tick").json()["paused"] is False
+    assert service.stats(queue)["messages"] == 1
+
+
 @PAGE_ONLY
 def test_purge_waits_for_the_queue_name_typed_exactly(console, unique):
     service = console.service

@@ -1,5 +1,5 @@
-"""Screenshots of the console as a person sees it, at 1280×800: the queues, a queue and a
-message, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
+"""Screenshots of the console as a person sees it, at 1280×800: the queues, a queue, a
+message and a paused queue, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
 those in docs/console/), else to a temporary folder."""
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def _seed(service: Service) -> None:
     monthly = {"payload": {"run": "month-end"}, "cron": "0 2 1 * *", "timezone": "UTC"}
     installed = service.api.put("/v1/queues/billing.invoices/cron/monthly%2Fclose", json=monthly)
     assert installed.status_code == 201, installed.text
+    # The mail provider is down: the emails wait, paused, until it is back.
+    assert service.api.post("/v1/queues/emails/pause").status_code == 200
 
 
 @pytest.mark.parametrize("service", ["sqlite"], indirect=True)
@@ -89,6 +91,12 @@ def test_screenshots_of_the_queues_a_queue_and_a_message(console: Console, scree
     assert console.text("#message-key") == "user/1042/trial-ends"
     console.screenshot(screenshots / "message.png", VIEWPORT)
 
-    for name in ("overview.png", "queue.png", "message.png"):
+    console.open("/console/queues/emails")
+    console.wait_for_text("#pause.paused", "Paused since")
+    for part in ("#messages", "#cron", "#history"):
+        console.settled(part)
+    console.screenshot(screenshots / "paused.png", VIEWPORT)
+
+    for name in ("overview.png", "queue.png", "message.png", "paused.png"):
         width, height = _png_size(screenshots / name)
         assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (name, width, height)

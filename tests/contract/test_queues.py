@@ -12,6 +12,8 @@ EMPTY = {
     "leased": 0,
     "oldest_ready_at": None,
     "next_scheduled_at": None,
+    "paused": False,
+    "paused_at": None,
 }
 
 
@@ -37,6 +39,8 @@ def test_stats_count_messages_by_state(client, clock):
         "leased": 1,
         "oldest_ready_at": at(START_MS),
         "next_scheduled_at": at(START_MS + 51_000),
+        "paused": False,
+        "paused_at": None,
     }
     clock.advance(100)  # the lease ends: the message is ready again
     stats = client.get("/v1/queues/q").json()

@@ -184,6 +184,8 @@ def test_a_model_with_a_stored_payload_equals_the_model(payload):
         "config_hash": "0123456789abcdef",
         "created_at": 0,
         "updated_at": 1,
+        "paused": False,
+        "paused_at": None,
         "next_runs": [60_000, 120_000],
     }
     rendered = json.loads(

@@ -1,4 +1,5 @@
-"""Cron entries: install, read (with a preview of the next runs), list, uninstall."""
+"""Cron entries: install, read (with a preview of the next runs), list, pause and resume,
+uninstall."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
         "config_hash": entry.config_hash,
         "created_at": entry.created_at,
         "updated_at": entry.updated_at,
+        "paused": entry.paused_at is not None,
+        "paused_at": entry.paused_at,
         "next_runs": view.next_runs,
     }
     answer = (
@@ -118,6 +121,29 @@ async def get_entry(
         except ValueError as error:  # a day its month does not have
             raise _invalid_query("after", str(error)) from error
     return json_response(_answer(await cron.get(queue, name, after=start, count=count)))
+
+
+@router.post(
+    "/{name:path}/pause",
+    response_model=CronEntryResponse,
+    summary="Pause a cron entry: it installs no runs, and its runs never delivered go",
+    description="Installing it again, changed or not, keeps it paused. Pausing a paused entry "
+    "is no error.",
+    responses=problem_responses(404, 422, 503),
+)
+async def pause_entry(queue: QueueName, name: CronName, cron: Cron) -> Response:
+    return json_response(_answer(await cron.pause(queue, name)))
+
+
+@router.post(
+    "/{name:path}/resume",
+    response_model=CronEntryResponse,
+    summary="Resume a cron entry: it installs its runs from now on, none of those it missed",
+    description="Resuming an entry that is not paused is no error.",
+    responses=problem_responses(404, 422, 503),
+)
+async def resume_entry(queue: QueueName, name: CronName, cron: Cron) -> Response:
+    return json_response(_answer(await cron.resume(queue, name)))
 
 
 @router.delete(

@@ -1,4 +1,4 @@
-"""Queues: stats of one or all, purge, settings, and redriving dead letters."""
+"""Queues: stats of one or all, pause and resume, purge, settings, and redriving dead letters."""
 
 from __future__ import annotations
 
@@ -51,6 +51,29 @@ async def list_queues(service: Service, allowed: AllowedQueues) -> QueueListResp
 )
 async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
     return _stats_response(await service.stats(queue))
+
+
+@router.post(
+    "/{queue}/pause",
+    summary="Pause the queue: it delivers nothing until resumed, and takes everything else",
+    description="Polls answer empty after their wait and push sends nothing, on every replica "
+    "within a second; offers, updates, deletes, acknowledgements, extends, releases and lists "
+    "go on. Stored: a restart keeps it. Pausing a paused queue is no error (`paused_at` stays "
+    "the first pause's), and any queue name may be paused.",
+    responses=problem_responses(422, 503),
+)
+async def pause_queue(queue: QueueName, service: Service) -> QueueStatsResponse:
+    return _stats_response(await service.pause(queue))
+
+
+@router.post(
+    "/{queue}/resume",
+    summary="Resume a paused queue: polls waiting on it wake",
+    description="Resuming a queue that is not paused is no error.",
+    responses=problem_responses(422, 503),
+)
+async def resume_queue(queue: QueueName, service: Service) -> QueueStatsResponse:
+    return _stats_response(await service.resume(queue))
 
 
 # `confirm` is required, and the schema says so: a request without it is not one the

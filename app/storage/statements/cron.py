@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, delete, insert, select, update
+from sqlalchemy import BigInteger, String, and_, bindparam, delete, insert, select, update
 from sqlalchemy.sql import Select
 
 from app.storage.statements.common import Removal, columns, removal
@@ -23,6 +23,7 @@ __all__ = [
     "cron_list_all",
     "cron_list_queue",
     "cron_names",
+    "cron_pause",
     "cron_queues",
     "cron_select",
     "cron_select_for_update",
@@ -37,6 +38,8 @@ class EntryRuns:
 
     keys: Select  # the keys of its runs, whatever their state
     delete_pending: Removal  # its runs no worker holds (one in flight stays with its worker)
+    # its runs never delivered (a pause: one delivered, then released to retry, stays)
+    delete_undelivered: Removal
 
 
 def build_entry_runs(
@@ -65,9 +68,11 @@ def build_entry_runs(
         *also,
     )
     pending = unindexed(columns.lockUuid).is_(None)
+    undelivered = pending & (unindexed(columns.deliveries) == 0)
     return EntryRuns(
         keys=select(columns.pKey).where(matching),
         delete_pending=removal(matching & pending, keys_after="after_key"),
+        delete_undelivered=removal(matching & undelivered, keys_after="after_key"),
     )
 
 
@@ -92,6 +97,12 @@ cron_update = (
         priority=bindparam("new_priority"),
         updatedAt=bindparam("now"),
     )
+)
+# Paused since "paused_at", or running again ("paused_at" null).
+cron_pause = (
+    update(cron_entries)
+    .where(_cron_entry)
+    .values(pausedAt=bindparam("paused_at", type_=BigInteger))
 )
 cron_delete = delete(cron_entries).where(_cron_entry)
 cron_list_queue = select(cron_entries).where(cron.queue == bindparam("queue")).order_by(cron.name)

@@ -1,4 +1,5 @@
-"""The statements of queue settings: one row per queue that has settings of its own.
+"""The statements of queue settings (one row per queue that has settings of its own) and of
+pauses (one row per paused queue).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
 module (app/storage/dialects/<db>.py) under the same name.
@@ -6,11 +7,15 @@ module (app/storage/dialects/<db>.py) under the same name.
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 
-from app.storage.tables import queue_settings
+from app.storage.tables import queue_pauses, queue_settings
 
 __all__ = [
+    "pause_delete",
+    "pause_insert",
+    "pause_select",
+    "pauses_select",
     "settings_insert",
     "settings_pushing",
     "settings_queues",
@@ -44,3 +49,9 @@ settings_update = (
         updatedAt=bindparam("now"),
     )
 )
+
+pauses = queue_pauses.c
+pause_select = select(pauses.pausedAt).where(pauses.queue == bindparam("queue"))
+pauses_select = select(pauses.queue, pauses.pausedAt).order_by(pauses.queue)
+pause_insert = insert(queue_pauses)
+pause_delete = delete(queue_pauses).where(pauses.queue == bindparam("queue"))

@@ -364,6 +364,18 @@ def stats(queue: str) -> Call[QueueStats]:
     return Call("GET", _queue_path(queue), _json(QueueStats.from_json), repeatable=True)
 
 
+def pause(queue: str) -> Call[QueueStats]:
+    """Pause the queue: it delivers nothing (polls answer empty, push sends nothing) until
+    resumed, on every replica within a second; offers, acknowledgements and the rest go on.
+    Pausing a paused queue is no error."""
+    return Call("POST", _queue_path(queue, "pause"), _json(QueueStats.from_json))
+
+
+def resume(queue: str) -> Call[QueueStats]:
+    """Resume a paused queue (no error when it is not paused); polls waiting on it wake."""
+    return Call("POST", _queue_path(queue, "resume"), _json(QueueStats.from_json))
+
+
 def purge(queue: str) -> Call[int]:
     """Delete every message of the queue; how many. Never retried."""
     return Call(
@@ -478,6 +490,24 @@ def get_cron(
         params=params,
         repeatable=True,
     )
+
+
+def pause_cron(queue: str, name: str) -> Call[CronEntry]:
+    """Pause a cron entry: it installs no runs, and its runs not yet delivered go;
+    `NotFound` when there is none."""
+    return _cron_switch(queue, name, "pause")
+
+
+def resume_cron(queue: str, name: str) -> Call[CronEntry]:
+    """Resume a cron entry: it installs its runs from now on, none of those it missed."""
+    return _cron_switch(queue, name, "resume")
+
+
+def _cron_switch(queue: str, name: str, action: str) -> Call[CronEntry]:
+    # Not repeated, as a queue's pause and resume: one sent again after the opposite made
+    # meanwhile would undo it (and a pause delete the runs that resume installed).
+    path = _queue_path(queue, "cron", _segment(name), action)
+    return Call("POST", path, _json(CronEntry.from_json))
 
 
 def uninstall_cron(queue: str, name: str) -> Call[None]:

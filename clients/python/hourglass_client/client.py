@@ -207,6 +207,8 @@ class Client:
     release_keys = _blocking(operations.release_keys)
     queues = _blocking(operations.queues)
     stats = _blocking(operations.stats)
+    pause = _blocking(operations.pause)
+    resume = _blocking(operations.resume)
     purge = _blocking(operations.purge)
     get_settings = _blocking(operations.get_settings)
     put_settings = _blocking(operations.put_settings)
@@ -214,6 +216,8 @@ class Client:
     install_cron = _blocking(operations.install_cron)
     cron_entries = _blocking(operations.cron_entries)
     get_cron = _blocking(operations.get_cron)
+    pause_cron = _blocking(operations.pause_cron)
+    resume_cron = _blocking(operations.resume_cron)
     uninstall_cron = _blocking(operations.uninstall_cron)
 
     def offer_many(
@@ -347,6 +351,8 @@ class AsyncClient:
     release_keys = _awaitable(operations.release_keys)
     queues = _awaitable(operations.queues)
     stats = _awaitable(operations.stats)
+    pause = _awaitable(operations.pause)
+    resume = _awaitable(operations.resume)
     purge = _awaitable(operations.purge)
     get_settings = _awaitable(operations.get_settings)
     put_settings = _awaitable(operations.put_settings)
@@ -354,6 +360,8 @@ class AsyncClient:
     install_cron = _awaitable(operations.install_cron)
     cron_entries = _awaitable(operations.cron_entries)
     get_cron = _awaitable(operations.get_cron)
+    pause_cron = _awaitable(operations.pause_cron)
+    resume_cron = _awaitable(operations.resume_cron)
     uninstall_cron = _awaitable(operations.uninstall_cron)
 
     async def offer_many(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
@@ -301,6 +301,12 @@ class QueueStats:
     leased: int
     oldest_ready_at: datetime | None
     next_scheduled_at: datetime | None
+    # Since when the queue has been paused (it delivers nothing); None while it delivers.
+    paused_at: datetime | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueStats:
@@ -312,6 +318,7 @@ class QueueStats:
             data["leased"],
             _optional_time(data.get("oldest_ready_at")),
             _optional_time(data.get("next_scheduled_at")),
+            _optional_time(data.get("paused_at")),
         )
 
 
@@ -415,6 +422,12 @@ class CronEntry:
     updated_at: datetime
     next_runs: list[datetime]
     priority: int  # every run's
+    # Since when the entry has been paused (it installs no runs); None while it runs.
+    paused_at: datetime | None = field(default=None, kw_only=True)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CronEntry:
@@ -436,6 +449,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "updated_at": parse_time(data["updated_at"]),
         "next_runs": [parse_time(run) for run in data["next_runs"]],
         "priority": data.get("priority", 0),
+        "paused_at": _optional_time(data.get("paused_at")),
     }
 
 

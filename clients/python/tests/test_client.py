@@ -190,6 +190,25 @@ def test_queues_stats_and_purge(api, queue):
     assert api.stats(queue) == QueueStats(queue, 0, 0, 0, 0, None, None)
 
 
+def test_pause_and_resume_a_queue_and_a_cron_entry(api, queue):
+    api.offer(queue, "k", 1)
+    paused = api.pause(queue)
+    assert paused.paused and paused.paused_at is not None and paused.ready == 1
+    assert api.pause(queue).paused_at == paused.paused_at  # again: no error
+    assert api.poll(queue).lock_id is None  # a paused queue delivers nothing
+    assert api.stats(queue).paused
+    assert not api.resume(queue).paused
+    assert [message.key for message in api.poll(queue).messages] == ["k"]
+
+    api.install_cron(queue, "tick", 1, every=timedelta(minutes=10))
+    entry = api.pause_cron(queue, "tick")
+    assert entry.paused and entry.next_runs == []
+    resumed = api.resume_cron(queue, "tick")
+    assert not resumed.paused and resumed.next_runs
+    with pytest.raises(NotFound):
+        api.pause_cron(queue, "nothing")
+
+
 def test_settings_dead_letters_and_redrive(api, queue):
     settings = api.put_settings(queue, max_deliveries=1, default_lease=timedelta(minutes=2))
     assert isinstance(settings, QueueSettings)

@@ -57,6 +57,9 @@ export const paths = {
   history: (queue) => `/v1/queues/${segment(queue)}/history`,
   cron: (queue) => `/v1/queues/${segment(queue)}/cron`,
   redrive: (queue) => `/v1/queues/${segment(queue)}/redrive`,
+  // action: "pause" or "resume"
+  pause: (queue, action) => `/v1/queues/${segment(queue)}/${action}`,
+  cronPause: (queue, name, action) => `/v1/queues/${segment(queue)}/cron/${segment(name)}/${action}`,
 };
 
 /**

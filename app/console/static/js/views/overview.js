@@ -2,7 +2,7 @@
 // ready message and its dead letters, refreshed every few seconds.
 
 import { ApiError, get, paths, storedToken } from "../api.js";
-import { countCell, fill, h, link, number, queueHref, span, table } from "../dom.js";
+import { countCell, fill, h, link, number, queueHref, span, table, utc } from "../dom.js";
 
 export const REFRESH_MILLISECONDS = 2000;
 // Settings change rarely; each queue's are read again after this long.
@@ -61,6 +61,7 @@ function queueTable(queues, deadLetters) {
       cells: [
         [
           link(queueHref(stats.queue), stats.queue),
+          stats.paused ? h("span", { className: "badge paused", title: `paused since ${utc(stats.paused_at)}` }, "paused") : null,
           dead.deadLettersOf.length ? h("span", { className: "tag" }, `dead letters of ${dead.deadLettersOf.join(", ")}`) : null,
         ],
         countCell(stats.messages),

@@ -1,6 +1,7 @@
 // A queue: its counts (refreshed), its messages by state with key-prefix search and
 // paging, its cron entries with their next runs, its recent history, its settings
-// (editable), and its actions: delete a message, redrive dead letters, purge.
+// (editable), and its actions: pause and resume it or a cron entry, delete a message,
+// redrive dead letters, purge.
 
 import { ApiError, call, get, paths } from "../api.js";
 import {
@@ -37,6 +38,7 @@ export async function queuePage(context) {
   ]);
 
   const counts = h("div", { className: "cards", id: "counts" });
+  const pause = pauseBanner(context, (latest) => drawCounts(latest));
   const deadLetterLine = h("span", { className: "muted", id: "dead-letter-queue" });
   const pushLine = h("span", { className: "muted", id: "push-target" });
   // A redrive is offered where dead letters are: in a queue named as one, or once a
@@ -50,6 +52,7 @@ export async function queuePage(context) {
 
   function drawCounts(latest) {
     fill(counts, countCards(latest));
+    pause.draw(latest);
     const current = settingsPart.current();
     const deadLetterQueue = current.dead_letter_queue;
     fill(deadLetterLine, "dead letters go to ", link(queueHref(deadLetterQueue), deadLetterQueue));
@@ -68,6 +71,7 @@ export async function queuePage(context) {
     context.root,
     context.notice,
     h("div", { className: "heading" }, h("h1", { className: "queue-name" }, queue), deadLetterLine, pushLine),
+    pause.element,
     counts,
     redrive,
     messages.element,
@@ -78,6 +82,52 @@ export async function queuePage(context) {
   );
   drawCounts(stats);
   context.every(COUNTS_MILLISECONDS, refreshCounts);
+}
+
+/**
+ * Whether the queue delivers: a banner while it is paused (since when, and Resume), else a
+ * Pause button. `changed(stats)` gets the queue's stats after either.
+ */
+function pauseBanner(context, changed) {
+  const { queue } = context.params;
+  const element = h("div", { id: "pause" });
+  const status = h("div", { role: "status", id: "pause-status" });
+  async function toggle(action) {
+    if (action === "pause") {
+      const confirmed = await confirmAction({
+        title: "Pause this queue?",
+        text: `Queue ${queue} delivers nothing until resumed: polls answer empty and push sends nothing, on every replica within a second. Offers, acknowledgements and the rest go on.`,
+        action: "Pause queue",
+      });
+      if (!confirmed) return;
+    }
+    await act(context, status, async () => {
+      fill(status);
+      changed(await call("POST", paths.pause(queue, action), { signal: context.signal }));
+    });
+  }
+  let shown; // the paused_at drawn (null: not paused): redrawn only when it changes
+  function draw(stats) {
+    if (shown === stats.paused_at) return; // keeps the button and its focus
+    shown = stats.paused_at;
+    if (stats.paused) {
+      element.className = "banner paused";
+      fill(
+        element,
+        h("p", {}, h("strong", {}, "Paused"), ` since ${utc(stats.paused_at)}: this queue delivers nothing. Offers, acknowledgements and the rest go on.`),
+        h("button", { type: "button", className: "primary", id: "resume-button", onClick: () => toggle("resume") }, "Resume"),
+        status,
+      );
+    } else {
+      element.className = "pause-control";
+      fill(
+        element,
+        h("button", { type: "button", id: "pause-button", onClick: () => toggle("pause") }, "Pause queue"),
+        status,
+      );
+    }
+  }
+  return { element, draw };
 }
 
 function countCards(stats) {
@@ -246,15 +296,18 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
 function cronSection(context) {
   const { queue } = context.params;
   const part = section("Cron entries", "cron");
-  loadInto(context, part.body, async () => {
+  async function load() {
     const { entries } = await get(paths.cron(queue), { signal: context.signal });
     const rows = entries.map((entry) => ({
       properties: { "data-name": entry.name },
       cells: [
         h("span", { className: "key" }, entry.name),
         schedule(entry),
-        h("ul", { className: "runs" }, entry.next_runs.slice(0, 3).map((run) => h("li", {}, h("time", { dateTime: run, title: run }, utc(run))))),
+        entry.paused
+          ? h("span", { className: "badge paused", title: `since ${utc(entry.paused_at)}` }, "paused")
+          : h("ul", { className: "runs" }, entry.next_runs.slice(0, 3).map((run) => h("li", {}, h("time", { dateTime: run, title: run }, utc(run))))),
         h("code", { className: "payload-preview", title: JSON.stringify(entry.payload) }, preview(entry.payload)),
+        cronToggle(context, entry, reload),
       ],
     }));
     return table(
@@ -263,13 +316,37 @@ function cronSection(context) {
         { label: "Schedule", name: "schedule" },
         { label: "Next runs", name: "next-runs" },
         { label: "Payload", name: "payload" },
+        { label: "", name: "actions" },
       ],
       rows,
       "No cron entries.",
       "cron",
     );
-  });
+  }
+  const reload = () => loadInto(context, part.body, load);
+  reload();
   return part.element;
+}
+
+/** Pause or Resume for one cron entry; `done()` once it changed. */
+function cronToggle(context, entry, done) {
+  const action = entry.paused ? "resume" : "pause";
+  async function toggle() {
+    if (action === "pause") {
+      const confirmed = await confirmAction({
+        title: "Pause this cron entry?",
+        text: `“${entry.name}” installs no runs until resumed, and its runs not yet delivered are deleted. Resumed, it runs from then on, with none of the runs it missed.`,
+        action: "Pause entry",
+      });
+      if (!confirmed) return;
+    }
+    await act(context, status, async () => {
+      await call("POST", paths.cronPause(entry.queue, entry.name, action), { signal: context.signal });
+      await done();
+    });
+  }
+  const status = h("span", { role: "status" });
+  return [h("button", { type: "button", className: "small", "data-action": action, onClick: toggle }, entry.paused ? "Resume" : "Pause"), status];
 }
 
 function schedule(entry) {
@@ -449,7 +526,7 @@ function purgeSection(context, purged) {
     h(
       "p",
       {},
-      "Deletes every message of this queue, ready, scheduled and leased alike. Its cron entries stay, and the cron manager installs their next runs again. Type the queue's name to confirm.",
+      "Deletes every message of this queue, ready, scheduled and leased alike. Its cron entries stay, and the cron manager installs their next runs again (a paused entry's once resumed). Type the queue's name to confirm.",
     ),
     h("form", { className: "purge", onSubmit: purge }, typed, button),
     status,
