@@ -69,7 +69,7 @@ SETTINGS_CACHE_SECONDS = 5.0
 _SETTINGS_CACHE_SIZE = 10_000
 # Whether a queue is paused is read at most this often per process: a pause or resume
 # made through another replica applies here within this long, and a poll waiting on a
-# paused queue looks again this often (SPEC §16: within a second, with room to spare).
+# paused queue looks again this often (docs/flow-control.md: within a second, with room to spare).
 PAUSE_CACHE_SECONDS = 0.25
 # A poll of a paused queue that was woken (an offer, or on PostgreSQL a resume through
 # another replica) trusts a read of the pause at most this old.

@@ -115,7 +115,7 @@ cron_entries = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
-    # Added by revision 0011 (issue 30): when the entry was paused; null while it runs.
+    # Added by revision 0011 (decision 25): when the entry was paused; null while it runs.
     Column("pausedAt", BigInteger, nullable=True),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
@@ -146,7 +146,7 @@ queue_settings = Table(
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
-# The paused queues (revision 0011, issue 30), one row each, since when (epoch ms); a
+# The paused queues (revision 0011), one row each, since when (epoch ms); a
 # queue delivers nothing while it has one (docs/decisions/0025-pause-and-resume.md).
 queue_pauses = Table(
     "queue_pauses",

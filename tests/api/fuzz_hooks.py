@@ -54,7 +54,7 @@ FORESEEN: dict[str, list[tuple[int, str, str]]] = {
 }
 
 
-# A cron entry's name may hold slashes (SPEC §4), so …/cron/x/pause is also the entry
+# A cron entry's name may hold slashes, so …/cron/x/pause is also the entry
 # "x/pause": a PUT, GET or DELETE there is that entry's install, read or uninstall (a 422
 # for a PUT without a body, a 404 for an entry not there), not a method the path lacks,
 # and its 405's Allow names the entry's methods too.
