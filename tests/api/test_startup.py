@@ -318,7 +318,10 @@ def test_a_wait_that_runs_out_ends_as_unreachable_having_said_so(
     assert re.search(
         r"waiting for the database at \S+:\*\*\*@\S+: \S.* \(\d+ s of 1\)", result.stderr
     ), result.stderr
-    assert _told(result, "migrate").endswith("(waited 1 s)")
+    # How long it really waited: 1 s, or more when the last attempt ran late (2 s once,
+    # under CI's load).
+    waited = re.search(r"\(waited (\d+) s\)$", _told(result, "migrate"))
+    assert waited is not None and int(waited[1]) >= 1, result.stderr
     assert SECRET not in result.stderr
 
 
