@@ -56,6 +56,10 @@ delayed_queue = Table(
     Column("deadLetteredFrom", String(100), nullable=True),
     # Added by revision 0009 (issue 20): 0-9, higher first among due messages.
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # Added by revision 0012: the message's group, if any. A grouped message not among
+    # its group's next ones waits with its priority p stored as -1 - p, outside the
+    # poll's ranges (docs/decisions/0027-message-groups.md).
+    Column("messageGroup", String(200), nullable=True),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     # Polls and lists by due time (revision 0006 added "id": a page's keyset is
     # (scheduledAt, id), and many messages may be due in the same millisecond).
@@ -79,6 +83,21 @@ delayed_queue = Table(
         "id",
     ),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
+)
+
+# A group's messages (revision 0012): its front (priority >= 0) and its waiting ones in
+# due order, a range each per priority; only grouped rows where the database has
+# partial indexes (PostgreSQL, SQLite).
+GROUP_INDEX = "delayed_queue__kind_group_priority_scheduled_at_id_idx"
+group_index = Index(
+    GROUP_INDEX,
+    delayed_queue.c.pKind,
+    delayed_queue.c.messageGroup,
+    delayed_queue.c.priority,
+    delayed_queue.c.scheduledAt,
+    delayed_queue.c.id,
+    postgresql_where=delayed_queue.c.messageGroup.is_not(None),
+    sqlite_where=delayed_queue.c.messageGroup.is_not(None),
 )
 
 # PostgreSQL only (revision 0005): the keys of cron runs, in byte order within each
@@ -142,7 +161,22 @@ queue_settings = Table(
     Column("pushUrl", String(2048), nullable=True),
     Column("pushTimeoutMs", BigInteger, nullable=True),
     Column("pushConcurrency", Integer, nullable=True),
+    # Added by revision 0012: how many of one group may be leased at once (null: 1).
+    Column("groupConcurrency", Integer, nullable=True),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
+)
+
+# One row per group that holds messages (revision 0012): the keeper holds it while it
+# changes the group's front, and `dirtyAt` says since when the group needs a pass
+# (docs/decisions/0027-message-groups.md).
+message_groups = Table(
+    "message_groups",
+    metadata,
+    Column("queue", String(100), nullable=False),
+    Column("messageGroup", String(200), nullable=False),
+    Column("dirtyAt", BigInteger, nullable=True),
+    PrimaryKeyConstraint("queue", "messageGroup", name="message_groups__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 

@@ -59,6 +59,7 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "lastDeliveredAt",
         "deadLetteredFrom",
         "priority",  # revision 0009
+        "messageGroup",  # revision 0012
     }
     assert columns == seed | added_by_revisions
     assert indexes >= {
@@ -69,6 +70,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         (("lockUuid", "id"), False),
         # Polls: due messages by priority, then due time (revision 0009).
         (("pKind", "priority", "scheduledAt", "id"), False),
+        # A group's front and waiting messages (revision 0012).
+        (("pKind", "messageGroup", "priority", "scheduledAt", "id"), False),
     }
 
 
