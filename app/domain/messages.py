@@ -24,6 +24,21 @@ DEFAULT_PRIORITY = 0
 MAX_PRIORITY = 9
 # Every priority, highest first: the order in which a poll reads them.
 PRIORITIES = tuple(range(MAX_PRIORITY, DEFAULT_PRIORITY - 1, -1))
+# How many of one group a queue leases at once unless its settings say otherwise, and
+# the most it may say (docs/flow-control.md).
+DEFAULT_GROUP_CONCURRENCY = 1
+MAX_GROUP_CONCURRENCY = 1000
+
+
+def waiting_priority(priority: int) -> int:
+    """How a grouped message that waits behind its group's front stores `priority` (and
+    back again): -1 - p, outside the poll's ranges (docs/decisions/0027-message-groups.md)."""
+    return -1 - priority
+
+
+def shown_priority(stored: int) -> int:
+    """The priority a stored value stands for, waiting or not."""
+    return stored if stored >= 0 else waiting_priority(stored)
 
 
 class Outcome(StrEnum):
@@ -66,6 +81,8 @@ class Message:
     dead_lettered_from: str | None = None
     # 0-9: among due messages, a poll takes higher ones first.
     priority: int = DEFAULT_PRIORITY
+    # Its group, if any: one group's messages go at most group_concurrency at once, in due order.
+    group: str | None = None
 
     def state(self, now: int) -> State:
         """`ready` once due (an expired lease is pollable again), else `leased` or `scheduled`."""
@@ -135,6 +152,13 @@ class Offer:
     scheduled_at: int
     if_exists: IfExists = IfExists.UPDATE
     priority: int = DEFAULT_PRIORITY
+    group: str | None = None
+
+    @property
+    def stored_priority(self) -> int:
+        """The priority as a new or updated row stores it: a grouped message waits until
+        the groups' keeper brings it to its group's front."""
+        return self.priority if self.group is None else waiting_priority(self.priority)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +299,11 @@ class QueueSettings:
     updated_at: int | None = None
     retry: RetryPolicy | None = None
     push: PushTarget | None = None
+    group_concurrency: int | None = None
+
+    @property
+    def effective_group_concurrency(self) -> int:
+        return self.group_concurrency or DEFAULT_GROUP_CONCURRENCY
 
     @property
     def effective_dead_letter_queue(self) -> str:

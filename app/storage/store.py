@@ -3,6 +3,7 @@
 `storage.messages` (offers, reads, deletes, stats, purges), `storage.leases`
 (polls, dead letters, redrive, acknowledge, extend, release), `storage.cron`
 (cron entries and their runs), `storage.settings` (each queue's own settings),
+`storage.groups` (message groups' fronts, for their keeper),
 `storage.history` (its upkeep), `storage.lists` (pages of messages and of
 history) and `storage.table_health` (what the database tells of its upkeep of the
 tables). Their methods take the current time as an
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
 from app.storage.dialects import Dialect
+from app.storage.groups import SqlGroups
 from app.storage.history import Removals, SqlHistory
 from app.storage.leases import SqlLeases
 from app.storage.lists import SqlLists
@@ -44,6 +46,7 @@ class Storage:
         self.leases = SqlLeases(self.runner, dialect, removals)
         self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
         self.settings = SqlSettings(self.runner, dialect)
+        self.groups = SqlGroups(self.runner, dialect)
         self.history = SqlHistory(self.runner, dialect)
         self.lists = SqlLists(self.runner, dialect)
         self.table_health = SqlTableHealth(self.runner, dialect)

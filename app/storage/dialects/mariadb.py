@@ -52,7 +52,7 @@ from app.storage.statements.common import (
 )
 from app.storage.statements.cron import build_entry_runs
 from app.storage.statements.lists import ListReads
-from app.storage.tables import POLL_INDEX, delivery_history
+from app.storage.tables import POLL_INDEX, delivery_history, message_groups
 from app.storage.tables import delayed_queue as queue_table
 
 _DUPLICATE_ENTRY = 1062
@@ -117,6 +117,12 @@ _undo_history = select(_innodb_metrics.c.COUNT).where(
 )
 
 STATEMENTS: Variants = {
+    "groups": {
+        # Mark a group, creating its row; an existing mark keeps its time.
+        "group_mark": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
+        .on_duplicate_key_update(dirtyAt=func.coalesce(message_groups.c.dirtyAt, bindparam("now"))),
+    },
     "messages": {
         # INSERT IGNORE, the warnings read after it (the module's docstring).
         "offer_insert": insert(queue_table).prefix_with("IGNORE").returning(columns.pKey),

@@ -76,9 +76,10 @@ from app.storage.statements.common import (
     is_due,
 )
 from app.storage.statements.cron import build_entry_runs
+from app.storage.statements.groups import build_moves
 from app.storage.statements.leases import build_keyed_locks
 from app.storage.statements.lists import KeyOrder
-from app.storage.tables import cron_run_keys_index, delivery_history
+from app.storage.tables import cron_run_keys_index, delivery_history, message_groups
 from app.storage.tables import delayed_queue as queue_table
 
 # One round trip: lock the due rows (skipping those other polls hold), keep those whose
@@ -544,6 +545,17 @@ _entry_runs = build_entry_runs(
 _ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
 
 STATEMENTS: Variants = {
+    "groups": {
+        # Mark a group, creating its row; an existing mark keeps its time.
+        "group_mark": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
+        .on_conflict_do_update(
+            index_elements=["queue", "messageGroup"],
+            set_={"dirtyAt": func.coalesce(message_groups.c.dirtyAt, bindparam("now"))},
+        ),
+        # The ids as one array (the direct path has no expanding IN).
+        **build_moves(_ids),
+    },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error. A batch's
         # rows go in by _insert_rows instead (insert_many).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, ClassVar
 
-from sqlalchemy import event
+from sqlalchemy import bindparam, event, func
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import UnaryExpression
@@ -18,6 +18,7 @@ from app.storage.statements.common import columns
 from app.storage.statements.cron import build_entry_runs
 from app.storage.statements.lists import ListReads
 from app.storage.tables import delayed_queue as queue_table
+from app.storage.tables import message_groups
 
 # Primary result codes that mean "cannot serve now", not "this SQL is wrong":
 # BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB.
@@ -28,6 +29,15 @@ _BUSY = 5
 
 
 STATEMENTS: Variants = {
+    "groups": {
+        # Mark a group, creating its row; an existing mark keeps its time.
+        "group_mark": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
+        .on_conflict_do_update(
+            index_elements=["queue", "messageGroup"],
+            set_={"dirtyAt": func.coalesce(message_groups.c.dirtyAt, bindparam("now"))},
+        ),
+    },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error.
         "offer_insert": insert(queue_table)

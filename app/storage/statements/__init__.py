@@ -1,7 +1,7 @@
 """Every statement storage runs, one module per room, and how a dialect's variants take
 their place.
 
-Each room's module (`messages`, `leases`, `cron`, `settings`, `history`, `lists`,
+Each room's module (`messages`, `leases`, `cron`, `settings`, `groups`, `history`, `lists`,
 `table_health`) holds its statements as Core objects built once, each with why, and lists
 them in `__all__`; `common` holds what the rooms share (the columns and conditions, a
 removal, the history row). A dialect whose database needs a statement written otherwise
@@ -27,6 +27,7 @@ from typing import Any
 
 from app.storage.statements import (
     cron,
+    groups,
     history,
     leases,
     lists,
@@ -41,6 +42,7 @@ ROOMS: dict[str, ModuleType] = {
     "leases": leases,
     "cron": cron,
     "settings": settings,
+    "groups": groups,
     "history": history,
     "lists": lists,
     "table_health": table_health,
@@ -58,6 +60,7 @@ class Statements:
     leases: SimpleNamespace
     cron: SimpleNamespace
     settings: SimpleNamespace
+    groups: SimpleNamespace
     history: SimpleNamespace
     lists: SimpleNamespace
     table_health: SimpleNamespace
