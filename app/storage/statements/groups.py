@@ -88,7 +88,7 @@ def build_moves(listed: Any) -> dict[str, Any]:
     about to move that nobody else holds, and the moves into and out of the front. The
     stored priority's sign flips (-1 - p both ways); into the front only a waiting
     message, out of it only one of the front that nobody holds."""
-    flipped = {"priority": literal_column("-1") - columns.priority}
+    flipped: dict[str, Any] = {"priority": literal_column("-1") - columns.priority}
     return {
         "group_rows_hold": select(columns.id).where(listed).with_for_update(skip_locked=True),
         "group_enter": update(queue_table).where(listed, columns.priority < 0).values(flipped),
