@@ -144,6 +144,8 @@ def create_app(
         manager.start()
         pruner.start()
         dispatcher.start()
+        service.keeper.failed = metrics.error
+        service.keeper.start()
 
         def stopping() -> None:
             """The server was told to stop: claim nothing more for push, answer waiting polls
@@ -152,6 +154,7 @@ def create_app(
             notifier.close()
             manager.request_stop()
             pruner.request_stop()
+            service.keeper.request_stop()
 
         app.state.stopping = stopping
         _tune_garbage_collector()
@@ -164,6 +167,7 @@ def create_app(
                 await dispatcher.stop()
                 await manager.stop()
                 await pruner.stop()
+                await service.keeper.stop()
             finally:
                 notifier.close()
                 if peers is not None:

@@ -44,7 +44,9 @@ from app.domain.formats import (
     seconds_to_ms,
 )
 from app.domain.messages import (
+    DEFAULT_GROUP_CONCURRENCY,
     DEFAULT_PRIORITY,
+    MAX_GROUP_CONCURRENCY,
     MAX_PRIORITY,
     MAX_WAIT_SECONDS,
     Finish,
@@ -152,6 +154,12 @@ PRIORITY_DESCRIPTION = (
     f"{DEFAULT_PRIORITY}-{MAX_PRIORITY}: among the messages due at poll time, higher ones "
     "are delivered first, then earlier due ones"
 )
+GROUP_DESCRIPTION = (
+    "1-200 characters, a key's rules: the message's group, if any. A queue leases at most "
+    "its `group_concurrency` (default 1) of one group at once, in due-time order; null or "
+    "none is no group"
+)
+MessageGroup = Annotated[str | None, Field(pattern=KEY_PATTERN)]
 # What the time pattern allows, in words.
 TIMES = (
     "years 0001-9999, in UTC too: on 0001-01-01 no offset ahead of UTC, on 9999-12-31 none behind"
@@ -197,6 +205,9 @@ class _Scheduled(_Request):
     priority: Priority = Field(
         DEFAULT_PRIORITY,
         description=f"{PRIORITY_DESCRIPTION}; a changed priority is an update",
+    )
+    group: MessageGroup = Field(
+        None, description=f"{GROUP_DESCRIPTION}; a changed group is an update"
     )
 
     @model_validator(mode="after")
@@ -349,6 +360,7 @@ class MessageResponse(BaseModel):
         "where a redrive takes it back; an update keeps it only when its token may use that queue"
     )
     priority: int = Field(description=PRIORITY_DESCRIPTION)
+    group: str | None = Field(description=GROUP_DESCRIPTION)
 
 
 class MessageListResponse(BaseModel):
@@ -528,6 +540,13 @@ class QueueSettingsRequest(_Request):
         description="Push the queue's due messages to an HTTP endpoint (default: none; "
         "pollers may take them too)",
     )
+    group_concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_GROUP_CONCURRENCY,
+        description=f"How many messages of one group are leased at once (default: "
+        f"{DEFAULT_GROUP_CONCURRENCY}); a lower one takes effect as leases end",
+    )
 
 
 class QueueSettingsResponse(BaseModel):
@@ -539,6 +558,7 @@ class QueueSettingsResponse(BaseModel):
     dead_letter_queue: str
     retry: RetryResponse | None = Field(description="null: released messages are due at once")
     push: PushResponse | None = Field(description="null: the queue does not push")
+    group_concurrency: int = Field(description="Messages of one group leased at once, at most")
     updated_at: Timestamp | None = Field(description="null: the queue has never been configured")
 
 

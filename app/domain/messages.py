@@ -191,6 +191,7 @@ class OfferRequest:
     when: When = When()
     if_exists: IfExists = IfExists.UPDATE
     priority: int = DEFAULT_PRIORITY
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +309,26 @@ class QueueSettings:
     @property
     def effective_dead_letter_queue(self) -> str:
         return self.dead_letter_queue or self.queue + DEAD_LETTER_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a pass of the groups' keeper did: groups passed over, messages brought into fronts and sent out of
+    them, and groups it could not finish (a message it needed was held by another
+    transaction): those it marked again, for a later pass."""
+
+    groups: int = 0
+    entered: int = 0
+    left: int = 0
+    unfinished: int = 0
+
+    def __add__(self, other: Settled) -> Settled:
+        return Settled(
+            self.groups + other.groups,
+            self.entered + other.entered,
+            self.left + other.left,
+            self.unfinished + other.unfinished,
+        )
 
 
 @dataclass(frozen=True, slots=True)

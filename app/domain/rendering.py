@@ -35,6 +35,7 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
     """A message's fields in MessageResponse's order, then `tail` (more members, each
     after a comma, or none), in the pieces of object_pieces."""
     origin = message.dead_lettered_from
+    group = message.group
     return object_pieces(
         f'"queue":{json_string(message.queue)},"key":{json_string(message.key)}',
         message.payload,
@@ -43,7 +44,8 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
         f',"created_at":"{format_timestamp(message.created_at)}","state":"{state.value}"'
         f',"deliveries":{message.deliveries}'
         f',"dead_lettered_from":{"null" if origin is None else json_string(origin)}'
-        f',"priority":{message.priority}{tail}',
+        f',"priority":{message.priority}'
+        f',"group":{"null" if group is None else json_string(group)}{tail}',
     )
 
 

@@ -20,6 +20,7 @@ from app.domain.messages import (
     QueueSettings,
     QueueStats,
     Redrive,
+    Settled,
     every_queue,
 )
 from app.domain.pages import (
@@ -117,6 +118,12 @@ class Settings(Protocol):
     async def paused_at(self, queue: str) -> int | None: ...
 
 
+class Groups(Protocol):
+    async def marked(self, limit: int) -> dict[str, list[str]]: ...
+
+    async def settle(self, queue: str, groups: Sequence[str], now: int) -> Settled: ...
+
+
 class History(Protocol):
     async def prune(self, before: int, batch: int) -> int: ...
 
@@ -167,6 +174,9 @@ class QueueStorage(Protocol):
 
     @property
     def settings(self) -> Settings: ...
+
+    @property
+    def groups(self) -> Groups: ...
 
     @property
     def history(self) -> History: ...

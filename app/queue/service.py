@@ -49,6 +49,7 @@ from app.domain.messages import (
 from app.domain.payloads import encode_payload
 from app.domain.push import target_problem
 from app.domain.table_health import TableHealth
+from app.queue.groups import GroupKeeper
 from app.queue.notifier import Notifier
 from app.queue.ports import QueueEvents, QueueStorage, Unobserved
 from app.queue.recent import Recent
@@ -126,6 +127,8 @@ class QueueService:
         )
         self._pause_changes = 0
         self._pause_reads: dict[str, asyncio.Future[int | None]] = {}
+        # Brings each group's next messages to its front (the application starts it).
+        self.keeper = GroupKeeper(storage.groups, self._run, notifier, clock)
 
     # -- offers -------------------------------------------------------------------
 
@@ -143,12 +146,19 @@ class QueueService:
         return await self._offer(queue, request, can_create=False, may_use=may_use)
 
     async def offer_new(
-        self, queue: str, payload: Any, when: When, priority: int = DEFAULT_PRIORITY
+        self,
+        queue: str,
+        payload: Any,
+        when: When,
+        priority: int = DEFAULT_PRIORITY,
+        group: str | None = None,
     ) -> OfferResult:
         """Create a message under a generated key."""
         return await self.offer(
             queue,
-            OfferRequest(key=str(uuid.uuid4()), payload=payload, when=when, priority=priority),
+            OfferRequest(
+                key=str(uuid.uuid4()), payload=payload, when=when, priority=priority, group=group
+            ),
         )
 
     async def _offer(
@@ -171,8 +181,19 @@ class QueueService:
             raise MessageNotFound(f"no message {request.key!r} in queue {queue!r}")
         self.events.offered(queue, (stored.outcome,))
         if stored.outcome is not Outcome.IGNORED:
+            if offer.group is not None:
+                await self._settle(queue, [offer.group])
+            else:
+                self.keeper.changed(queue)  # an update may have taken it out of a group
             self.notifier.notify(queue, stored.scheduled_at)
         return OfferResult(queue, request.key, stored.outcome, stored.scheduled_at)
+
+    async def _settle(self, queue: str, groups: Sequence[str]) -> None:
+        """Bring offered grouped messages to their groups' fronts where there is room,
+        before the offer answers: a poll right after it finds them."""
+        self.keeper.saw_groups(queue)
+        await self.keeper.settle(queue, sorted(set(groups)))
+        self.keeper.changed(queue)  # an update may have moved a message out of another group
 
     async def offer_many(
         self, queue: str, requests: Sequence[OfferRequest], may_use: QueueFilter = every_queue
@@ -185,12 +206,15 @@ class QueueService:
         )
         self.events.offered(queue, outcomes)
         changed = [
-            offer.scheduled_at
+            offer
             for offer, outcome in zip(offers, outcomes, strict=True)
             if outcome is not Outcome.IGNORED
         ]
+        if groups := [offer.group for offer in changed if offer.group is not None]:
+            await self._settle(queue, groups)
         if changed:
-            self.notifier.notify(queue, min(changed))
+            self.keeper.changed(queue)
+            self.notifier.notify(queue, min(offer.scheduled_at for offer in changed))
         return outcomes
 
     def _to_offer(self, request: OfferRequest, now: int) -> Offer:
@@ -200,6 +224,7 @@ class QueueService:
             scheduled_at=request.when.resolve(now),
             if_exists=request.if_exists,
             priority=request.priority,
+            group=request.group,
         )
 
     # -- one message ----------------------------------------------------------------
@@ -218,6 +243,7 @@ class QueueService:
         now = self.clock.now_ms()
         if not await self._run(queue, partial(self.storage.messages.delete, queue, key, now)):
             raise MessageNotFound(f"no message {key!r} in queue {queue!r}")
+        self.keeper.changed(queue)
 
     # -- polling and leases ----------------------------------------------------------
 
@@ -332,6 +358,9 @@ class QueueService:
             if claim.dead_lettered:
                 self.events.dead_lettered(queue, claim.dead_lettered)
                 self.notifier.notify(settings.effective_dead_letter_queue)
+                self.keeper.changed(queue)
+            if any(delivery.message.group is not None for delivery in claim.deliveries):
+                self.keeper.saw_groups(queue)
             if claim.deliveries:
                 return Lease(lock_id, expires_at, tuple(claim.deliveries)), claim.before
             if not claim.exhausted:
@@ -345,6 +374,7 @@ class QueueService:
         count = await self._on_lock(
             queue, lock_id, partial(self.storage.leases.acknowledge, queue, lock_id, now)
         )
+        self.keeper.changed(queue)
         self.events.acknowledged(queue, count)
 
     async def acknowledge_before_poll(
@@ -365,6 +395,7 @@ class QueueService:
             else []
         )
         if deleted:
+            self.keeper.changed(queue)
             self.events.acknowledged(queue, len(deleted))
         return KeyedOutcome(tuple(deleted), ())
 
@@ -387,6 +418,7 @@ class QueueService:
             lambda unique: self.storage.leases.acknowledge_keys(queue, lock_id, unique, now),
         )
         if outcome.done:
+            self.keeper.changed(queue)
             self.events.acknowledged(queue, len(outcome.done))
         return outcome
 
@@ -409,6 +441,7 @@ class QueueService:
             return len(await self.storage.leases.release_each(queue, lock_id, due))  # each
 
         count = await self._on_lock(queue, lock_id, change)
+        self.keeper.changed(queue)
         self.events.released(queue, count)
         # Each by its own retry delay: any of them may be due soon.
         self.notifier.notify(queue, due if isinstance(due, int) else None)
@@ -433,6 +466,7 @@ class QueueService:
             lambda unique: self.storage.leases.release_each(queue, lock_id, each, unique),
         )
         if outcome.done:
+            self.keeper.changed(queue)
             self.events.released(queue, len(outcome.done))
             self.notifier.notify(queue, due if isinstance(due, int) else None)
         return outcome
@@ -568,6 +602,7 @@ class QueueService:
         dead_letter_queue: str | None,
         retry: RetryPolicy | None = None,
         push: PushTarget | None = None,
+        group_concurrency: int | None = None,
         may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
         """Replace the queue's settings; fields left out go back to their defaults.
@@ -587,6 +622,7 @@ class QueueService:
             updated_at=self.clock.now_ms(),
             retry=retry,
             push=push,
+            group_concurrency=group_concurrency,
         )
         if (
             max_deliveries is not None
@@ -601,6 +637,8 @@ class QueueService:
             _check_allowed(may_use, settings.effective_dead_letter_queue)
         stored = await self._run(queue, partial(self.storage.settings.put, settings))
         self._settings.keep(queue, stored)
+        self.keeper.saw_groups(queue)  # its groups were marked: fronts grow or shrink
+        self.keeper.changed(queue)
         for listener in self.settings_listeners:
             listener(stored)
         return stored

@@ -41,6 +41,7 @@ class ClaimedRow:
     previous_last_delivered_at: int | None
     dead_lettered_from: str | None
     priority: int
+    group: str | None = None
 
     def delivered(self, max_deliveries: int | None) -> bool:
         """Whether a poll in a queue with that delivery limit (None: none) delivers this
@@ -118,6 +119,7 @@ async def claim_select_then_update(
             previous_last_delivered_at=row.lastDeliveredAt,
             dead_lettered_from=row.deadLetteredFrom,
             priority=row.priority,
+            group=row.messageGroup,
         )
         for row in await connection.execute(statements.claim_candidates, {**parameters, **inline})
     ]

@@ -1,98 +1,61 @@
-"""Message groups: marking a group for the keeper, and the keeper's pass that keeps each
-group's front (the messages a poll may take) its next `group_concurrency` messages
+"""Message groups: the marks that say which groups' fronts may have to change, and the
+keeper's pass that makes each group's front (the messages a poll may take) its leased
+messages and the earliest due of the rest, `group_concurrency` in all
 (docs/decisions/0027-message-groups.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any
 
+from app.domain.messages import DEFAULT_GROUP_CONCURRENCY, Settled
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.runner import Runner
 
-# Groups the keeper passes over per transaction.
-PASS_GROUPS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """What a pass did: groups passed over, messages brought into fronts and sent back out
-    of them, and groups left marked (a message it needed was held by another transaction,
-    which marks the group again when it is done)."""
-
-    groups: int = 0
-    entered: int = 0
-    left: int = 0
-    unfinished: int = 0
-
 
 class SqlGroups:
-    """Groups' rows and fronts."""
+    """Groups' marks and fronts."""
 
     def __init__(self, runner: Runner, dialect: Dialect) -> None:
         self.runner = runner
         self.statements = dialect.statements.groups
 
-    async def mark(
-        self, connection: Connection, queue: str, groups: Iterable[str], now: int
-    ) -> None:
-        """Mark `groups` of `queue` for the keeper, in the caller's transaction (the one that
-        changed their messages), in a fixed order: two writers of the same groups take
-        their rows in the same order."""
-        for group in sorted(set(groups)):
-            await connection.execute(
-                self.statements.group_mark, {"queue": queue, "group": group, "now": now}
-            )
+    async def marked(self, limit: int) -> dict[str, list[str]]:
+        """The groups of the oldest `limit` marks, by queue, each once."""
+        rows = await self.runner.rows(self.statements.marked_groups, {"limit": limit})
+        found: dict[str, dict[str, None]] = {}
+        for row in rows:
+            found.setdefault(row.queue, {})[row.messageGroup] = None
+        return {queue: list(groups) for queue, groups in found.items()}
 
-    async def mark_queue(self, queue: str, now: int) -> None:
-        """Mark every group of `queue` (its group_concurrency changed)."""
-        await self.runner.single(self.statements.queue_groups_mark, {"queue": queue, "now": now})
-
-    async def due(self, before: int, limit: int) -> list[tuple[str, str]]:
-        """Up to `limit` groups, as (queue, group), marked at or before `before`, oldest first."""
-        rows = await self.runner.rows(
-            self.statements.dirty_groups, {"before": before, "limit": limit}
-        )
-        return [(row.queue, row.messageGroup) for row in rows]
-
-    async def starved(self, limit: int) -> list[tuple[str, str]]:
-        """Up to `limit` groups not marked whose front has room while messages wait, or
-        that hold no message."""
-        rows = await self.runner.rows(self.statements.starved_groups, {"limit": limit})
-        return [(row.queue, row.messageGroup) for row in rows]
-
-    async def settle(
-        self, queue: str, groups: Sequence[str], concurrency: int, now: int
-    ) -> Settled:
-        """Pass over `groups` of `queue` (whose group_concurrency is `concurrency`), in one
-        transaction: each front becomes its leased messages and the earliest due of the
-        rest, up to `concurrency` in all."""
+    async def settle(self, queue: str, groups: Sequence[str], now: int) -> Settled:
+        """Pass over `groups` of `queue`, in one transaction, taking their marks: each front
+        becomes its leased messages and the earliest due of the rest, the queue's
+        group_concurrency in all (read here: a change marks every group in its own
+        transaction). A group another keeper holds is waited for."""
 
         async def settle(connection: Connection) -> Settled:
+            stored = await connection.execute(self.statements.group_concurrency, {"queue": queue})
+            concurrency = stored.scalar() or DEFAULT_GROUP_CONCURRENCY
             done = Settled()
-            for group in sorted(set(groups)):
-                one = await self._settle(connection, queue, group, concurrency)
-                done = Settled(
-                    done.groups + one.groups,
-                    done.entered + one.entered,
-                    done.left + one.left,
-                    done.unfinished + one.unfinished,
-                )
+            for group in sorted(set(groups)):  # one order for every keeper
+                done += await self._settle(connection, queue, group, concurrency, now)
             return done
 
         return await self.runner.transaction(settle)
 
     async def _settle(
-        self, connection: Connection, queue: str, group: str, concurrency: int
+        self, connection: Connection, queue: str, group: str, concurrency: int, now: int
     ) -> Settled:
         the_group = {"queue": queue, "group": group}
-        held = (await connection.execute(self.statements.group_hold, the_group)).first()
-        if held is None:
-            return Settled()  # another keeper has it, or it is gone
+        await connection.execute(self.statements.group_enlist, the_group)
+        if (await connection.execute(self.statements.group_hold, the_group)).first() is None:
+            return Settled()  # dropped by the keeper that held it: it had no messages
+        await connection.execute(self.statements.group_marks_take, the_group)
         front = (await connection.execute(self.statements.group_front, the_group)).all()
         waiting = sorted(
-            (row.scheduledAt, row.id)
+            (_place(row, now), row.id)
             for row in await connection.execute(
                 self.statements.group_waiting, {**the_group, "limit": concurrency}
             )
@@ -100,31 +63,32 @@ class SqlGroups:
         if not front and not waiting:
             await connection.execute(self.statements.group_drop, the_group)
             return Settled(groups=1)
-        leased = [row for row in front if row.lockUuid is not None]
-        free = [(row.scheduledAt, row.id) for row in front if row.lockUuid is None]
-        wanted = sorted(free + waiting)[: max(0, concurrency - len(leased))]
+        leased = sum(row.lockUuid is not None for row in front)
+        free = [(_place(row, now), row.id) for row in front if row.lockUuid is None]
+        wanted = sorted(free + waiting)[: max(0, concurrency - leased)]
         wanted_ids = {row_id for _, row_id in wanted}
         leaving = [row_id for _, row_id in free if row_id not in wanted_ids]
-        entering = [row_id for _, row_id in waiting if row_id in wanted_ids]
+        entering = {row_id for _, row_id in waiting if row_id in wanted_ids}
         if not leaving and not entering:
-            await connection.execute(self.statements.group_clean, the_group)
             return Settled(groups=1)
         ours = set(
             (
                 await connection.execute(
-                    self.statements.group_rows_hold, {"ids": leaving + entering}
+                    self.statements.group_rows_hold, {"ids": leaving + sorted(entering)}
                 )
             ).scalars()
         )
         left = 0
         if leaving_ours := [row_id for row_id in leaving if row_id in ours]:
-            gone = await connection.execute(self.statements.group_leave, {"ids": leaving_ours})
-            left = gone.rowcount
-        # Room: the front as it is now. A message of it another transaction holds stays
-        # (a poll is leasing it), and a waiting message held by another transaction stops
-        # the rest: the ones after it must not overtake it.
+            left = (
+                await connection.execute(self.statements.group_leave, {"ids": leaving_ours})
+            ).rowcount
+        # The room the front has now. One of its messages another transaction holds stays
+        # (a poll is leasing it); a waiting one another transaction holds stops the rest:
+        # those after it must not overtake it.
         room = concurrency - (len(front) - left)
-        moving, finished = [], left == len(leaving)
+        moving: list[int] = []
+        finished = left == len(leaving)
         for _, row_id in wanted:
             if row_id not in entering:
                 continue
@@ -137,8 +101,16 @@ class SqlGroups:
             room -= 1
         entered = 0
         if moving:
-            went = await connection.execute(self.statements.group_enter, {"ids": moving})
-            entered = went.rowcount
-        if finished:
-            await connection.execute(self.statements.group_clean, the_group)
+            entered = (
+                await connection.execute(self.statements.group_enter, {"ids": moving})
+            ).rowcount
+        if not finished:  # a pass after this one tries again
+            await connection.execute(self.statements.group_mark, the_group)
         return Settled(1, entered, left, 0 if finished else 1)
+
+
+def _place(row: Any, now: int) -> int:
+    """Where a message stands in its group: when it was asked to be due, once it is due
+    (a message released to be due at once keeps its place), else when it will be (one
+    released to a later time waits behind those due before it)."""
+    return row.scheduledAtInitially if row.scheduledAt <= now else row.scheduledAt

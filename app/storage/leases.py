@@ -461,6 +461,7 @@ def _delivery(queue: str, row: claims.ClaimedRow, lease_until: int) -> Delivery:
             deliveries=row.previous_deliveries + 1,
             dead_lettered_from=row.dead_lettered_from,
             priority=row.priority,
+            group=row.group,
         ),
         redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
     )

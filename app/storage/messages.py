@@ -3,7 +3,7 @@ and next due time, and purging a queue."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from app.domain.errors import StorageUnavailable
@@ -16,6 +16,7 @@ from app.domain.messages import (
     QueueFilter,
     QueueStats,
     every_queue,
+    shown_priority,
 )
 from app.storage.coalescing import PATIENCE_SECONDS, Coalesced
 from app.storage.connection import Connection
@@ -35,24 +36,45 @@ _OFFER_RACE_ATTEMPTS = 100
 
 class Inserts:
     """New messages inserted unless their key exists, many rows per statement (offers
-    and cron runs)."""
+    and cron runs); the groups of grouped ones marked for the groups' keeper in the same
+    transaction (docs/decisions/0027-message-groups.md)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.offer_insert = dialect.statements.messages.offer_insert
+        self.group_mark = dialect.statements.groups.group_mark
 
     async def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
-        """INSERT unless the key exists; whether it went in."""
+        """INSERT unless the key exists; whether it went in. A grouped message needs the
+        caller's transaction (see `mark`)."""
         inserted = await connection.execute(self.offer_insert, offer_row(queue, offer, now))
-        return inserted.first() is not None
+        went_in = inserted.first() is not None
+        if went_in and offer.group is not None:
+            await self.mark(connection, queue, [offer.group])
+        return went_in
 
     async def many(
         self, connection: Connection, queue: str, offers: Sequence[Offer], now: int
     ) -> Sequence[str]:
-        """INSERT those of `offers` (one chunk, distinct keys) whose keys are free; their keys."""
-        return await self.dialect.insert_many(
+        """INSERT those of `offers` (one chunk, distinct keys) whose keys are free; their keys.
+        Grouped messages need the caller's transaction (see `mark`)."""
+        keys = await self.dialect.insert_many(
             connection, self.offer_insert, [offer_row(queue, offer, now) for offer in offers]
         )
+        if any(offer.group is not None for offer in offers):
+            went_in = set(keys)
+            await self.mark(
+                connection,
+                queue,
+                [offer.group for offer in offers if offer.key in went_in and offer.group],
+            )
+        return keys
+
+    async def mark(self, connection: Connection, queue: str, groups: Iterable[str]) -> None:
+        """Mark `groups` of `queue` for the keeper, once each, in the transaction that
+        inserted their messages (waiting, until the keeper brings them to the front)."""
+        for group in sorted(set(groups)):
+            await connection.execute(self.group_mark, {"queue": queue, "group": group})
 
     def chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
         """`offers` in chunks of INSERT_CHUNK, each smaller than the dialect's statement
@@ -83,17 +105,20 @@ def sized_chunks(
 async def _inserted(
     pieces: Iterator[Sequence[Offer]],
     insert: Callable[[Connection, Sequence[Offer]], Awaitable[Sequence[str]]],
-    run: Callable[[Callable[[Connection], Awaitable[Sequence[str]]]], Awaitable[Sequence[str]]],
+    run: Callable[
+        [Sequence[Offer], Callable[[Connection], Awaitable[Sequence[str]]]],
+        Awaitable[Sequence[str]],
+    ],
 ) -> set[str]:
-    """The keys that `insert` put in, piece by piece, each piece run by `run` (in a
-    transaction of its own, or autocommit)."""
+    """The keys that `insert` put in, piece by piece, each piece run by `run(piece, work)`
+    (in a transaction of its own, or autocommit)."""
     created: set[str] = set()
     for piece in pieces:
 
         async def one(connection: Connection, piece: Sequence[Offer] = piece) -> Sequence[str]:
             return await insert(connection, piece)
 
-        created.update(await run(one))
+        created.update(await run(piece, one))
     return created
 
 
@@ -129,8 +154,9 @@ class SqlMessages:
         An update keeps a dead letter's origin only when `may_use` allows that queue."""
         self.dialect.check_payload(offer.payload)
         # Most offers create: one INSERT on its own, one round trip where the
-        # database allows. Only an existing key needs the transaction below.
-        if can_create and await self._insert((queue, offer, now)):
+        # database allows. Only an existing key needs the transaction below, and so
+        # does a grouped message (its group is marked in the INSERT's transaction).
+        if can_create and offer.group is None and await self._insert((queue, offer, now)):
             return OfferOutcome(Outcome.CREATED, offer.scheduled_at)
 
         async def store(connection: Connection) -> OfferOutcome | None:
@@ -201,7 +227,16 @@ class SqlMessages:
         async def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
             return await self.inserts.many(connection, queue, chunk, now)
 
-        return await _inserted(self.inserts.chunks(firsts), insert, self.runner.autocommit)
+        return await _inserted(self.inserts.chunks(firsts), insert, self._run_insert)
+
+    async def _run_insert(
+        self, piece: Sequence[Offer], work: Callable[[Connection], Awaitable[Sequence[str]]]
+    ) -> Sequence[str]:
+        """One statement of inserts on its own, or, with grouped messages (whose groups are
+        marked after it), a transaction."""
+        if any(offer.group is not None for offer in piece):
+            return await self.runner.transaction(work)
+        return await self.runner.autocommit(work)
 
     async def _insert_in_bulk(self, queue: str, firsts: Sequence[Offer], now: int) -> set[str]:
         """Insert `firsts` (distinct keys) whose keys are free through the dialect's bulk
@@ -210,10 +245,20 @@ class SqlMessages:
         assert self.dialect.bulk_rows is not None  # offer_bulk checked
 
         async def insert(connection: Connection, chunk: Sequence[Offer]) -> Sequence[str]:
-            return await self.dialect.insert_bulk(connection, queue, chunk, now)
+            keys = await self.dialect.insert_bulk(connection, queue, chunk, now)
+            if any(offer.group is not None for offer in chunk):
+                went_in = set(keys)
+                groups = [offer.group for offer in chunk if offer.key in went_in and offer.group]
+                await self.inserts.mark(connection, queue, groups)
+            return keys
+
+        async def run(
+            piece: Sequence[Offer], work: Callable[[Connection], Awaitable[Sequence[str]]]
+        ) -> Sequence[str]:
+            return await self.runner.transaction(work)
 
         pieces = sized_chunks(firsts, self.dialect.bulk_rows, BULK_BYTES)
-        return await _inserted(pieces, insert, self.runner.transaction)
+        return await _inserted(pieces, insert, run)
 
     async def _offer_batch(
         self,
@@ -283,14 +328,19 @@ class SqlMessages:
                 return found.all()
 
             stored = {
-                row.pKey: (row.digest, row.scheduledAtInitially, row.priority)
+                row.pKey: (
+                    row.digest,
+                    row.scheduledAtInitially,
+                    shown_priority(row.priority),
+                    row.messageGroup,
+                )
                 for row in await self.runner.read(read)
             }
             unchanged.update(
                 offer.key
                 for offer in chunk
                 if stored.get(offer.key)
-                == (digest(offer.payload), offer.scheduled_at, offer.priority)
+                == (digest(offer.payload), offer.scheduled_at, offer.priority, offer.group)
             )
         return unchanged
 
@@ -323,11 +373,12 @@ class SqlMessages:
                     )
                 ).first()
                 if current is not None:
-                    if (current.payload, current.scheduledAtInitially, current.priority) == (
-                        offer.payload,
-                        offer.scheduled_at,
-                        offer.priority,
-                    ):
+                    if (
+                        current.payload,
+                        current.scheduledAtInitially,
+                        shown_priority(current.priority),
+                        current.messageGroup,
+                    ) == (offer.payload, offer.scheduled_at, offer.priority, offer.group):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
                     if await self._swap(connection, key_parameters, current, offer, now, may_use):
                         return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
@@ -358,7 +409,8 @@ class SqlMessages:
                 "old_origin": origin,
                 "new_origin": origin if origin is not None and may_use(origin) else None,
                 "new_payload": offer.payload,
-                "new_priority": offer.priority,
+                "new_priority": offer.stored_priority,
+                "new_group": offer.group,
                 "new_scheduled_at": offer.scheduled_at,
                 "now": now,
             },
@@ -431,7 +483,8 @@ def message_of(queue: str, row: Any, payload: bytes) -> Message:
         locked=bool(row.locked),
         deliveries=row.deliveries,
         dead_lettered_from=row.deadLetteredFrom,
-        priority=row.priority,
+        priority=shown_priority(row.priority),
+        group=row.messageGroup,
     )
 
 
@@ -443,7 +496,8 @@ def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
         "scheduledAt": offer.scheduled_at,
         "scheduledAtInitially": offer.scheduled_at,
         "createdAt": now,
-        "priority": offer.priority,
+        "priority": offer.stored_priority,
+        "messageGroup": offer.group,
     }
 
 

@@ -17,6 +17,7 @@ class SqlSettings:
     def __init__(self, runner: Runner, dialect: Dialect) -> None:
         self.runner = runner
         self.statements = dialect.statements.settings
+        self.mark_groups = dialect.statements.groups.queue_groups_mark
 
     async def get(self, queue: str) -> QueueSettings | None:
         """The queue's own settings, or None when it has the defaults."""
@@ -60,6 +61,7 @@ class SqlSettings:
             "new_push_url": push_columns["pushUrl"],
             "new_push_timeout_ms": push_columns["pushTimeoutMs"],
             "new_push_concurrency": push_columns["pushConcurrency"],
+            "new_group_concurrency": settings.group_concurrency,
             "now": settings.updated_at,
         }
 
@@ -78,8 +80,12 @@ class SqlSettings:
                         "updatedAt": settings.updated_at,
                         **retry_columns,
                         **push_columns,
+                        "groupConcurrency": settings.group_concurrency,
                     },
                 )
+            # Every group's front is weighed again, by a keeper that reads these settings
+            # (docs/decisions/0027-message-groups.md).
+            await connection.execute(self.mark_groups, {"queue": settings.queue})
 
         await self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings
@@ -118,6 +124,7 @@ def _settings_of(row: Any) -> QueueSettings:
         updated_at=row.updatedAt,
         retry=_retry_of(row),
         push=_push_of(row),
+        group_concurrency=row.groupConcurrency,
     )
 
 

@@ -167,16 +167,28 @@ queue_settings = Table(
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
-# One row per group that holds messages (revision 0012): the keeper holds it while it
-# changes the group's front, and `dirtyAt` says since when the group needs a pass
-# (docs/decisions/0027-message-groups.md).
+# One row per group that holds messages (revision 0012), which the groups' keeper holds
+# while it changes the group's front (docs/decisions/0027-message-groups.md).
 message_groups = Table(
     "message_groups",
     metadata,
     Column("queue", String(100), nullable=False),
     Column("messageGroup", String(200), nullable=False),
-    Column("dirtyAt", BigInteger, nullable=True),
     PrimaryKeyConstraint("queue", "messageGroup", name="message_groups__pk"),
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
+)
+
+# The groups whose front may have to change (revision 0012): a row per change, written in
+# the transaction that made it (by the offers, and by triggers on the message table for
+# what leaves or comes back to a front), taken by the keeper. Rows only ever go in and
+# out: writers never wait on each other here.
+group_marks = Table(
+    "group_marks",
+    metadata,
+    Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    Column("queue", String(100), nullable=False),
+    Column("messageGroup", String(200), nullable=False),
+    Index("group_marks__queue_group_idx", "queue", "messageGroup"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 

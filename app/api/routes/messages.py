@@ -60,6 +60,7 @@ async def put_message(
             when=body.when(),
             if_exists=body.if_exists,
             priority=body.priority,
+            group=body.group,
         ),
         queue_filter(request.scope),
     )
@@ -80,7 +81,13 @@ async def update_message(
 ) -> Response:
     result = await service_of(request).update(
         queue,
-        OfferRequest(key=key, payload=body.payload, when=body.when(), priority=body.priority),
+        OfferRequest(
+            key=key,
+            payload=body.payload,
+            when=body.when(),
+            priority=body.priority,
+            group=body.group,
+        ),
         queue_filter(request.scope),
     )
     return offer_response(result)
@@ -94,7 +101,9 @@ async def update_message(
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
 )
 async def create_message(queue: QueueName, body: UpdateMessage, request: Request) -> Response:
-    result = await service_of(request).offer_new(queue, body.payload, body.when(), body.priority)
+    result = await service_of(request).offer_new(
+        queue, body.payload, body.when(), body.priority, body.group
+    )
     answer = offer_response(result, status.HTTP_201_CREATED)
     answer.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
     return answer
@@ -163,6 +172,7 @@ async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) ->
             when=item.when(),
             if_exists=item.if_exists or body.if_exists,
             priority=item.priority,
+            group=item.group,
         )
         for item in body.messages
     ]

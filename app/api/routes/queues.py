@@ -123,6 +123,7 @@ def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueS
         else PushResponse(
             url=push.url, timeout=push.timeout_ms / 1000, concurrency=push.concurrency
         ),
+        group_concurrency=settings.effective_group_concurrency,
         updated_at=settings.updated_at,
     )
 
@@ -158,7 +159,7 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 @router.put(
     "/{queue}/settings",
     summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue, "
-    "retry delays, push",
+    "retry delays, push, group concurrency",
     description="A field left out goes back to its default. Other replicas apply a change "
     "within 5 seconds. A `push` url must match a prefix of the service's "
     "HOURGLASS_PUSH_ALLOWED, else `422` (always `422` when that is unset). A token limited to some queues gets `403` when the queue dead letters "
@@ -175,6 +176,7 @@ async def put_settings(
         dead_letter_queue=body.dead_letter_queue,
         retry=_retry_policy(body.retry),
         push=_push_target(body.push),
+        group_concurrency=body.group_concurrency,
         may_use=allowed,
     )
     return _settings_response(settings, service.default_lease_ms)

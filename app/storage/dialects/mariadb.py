@@ -118,10 +118,11 @@ _undo_history = select(_innodb_metrics.c.COUNT).where(
 
 STATEMENTS: Variants = {
     "groups": {
-        # Mark a group, creating its row; an existing mark keeps its time.
-        "group_mark": insert(message_groups)
-        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
-        .on_duplicate_key_update(dirtyAt=func.coalesce(message_groups.c.dirtyAt, bindparam("now"))),
+        # The keeper's row of a group, unless it exists (a no-op update: INSERT IGNORE
+        # would hide any other error too).
+        "group_enlist": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
+        .on_duplicate_key_update(queue=message_groups.c.queue),
     },
     "messages": {
         # INSERT IGNORE, the warnings read after it (the module's docstring).
@@ -133,6 +134,7 @@ STATEMENTS: Variants = {
             func.sha2(columns.payload, 256).label("digest"),
             columns.scheduledAtInitially,
             columns.priority,
+            columns.messageGroup,
         ),
     },
     "leases": {

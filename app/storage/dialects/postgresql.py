@@ -174,6 +174,7 @@ def _claim(limited: bool, many: bool) -> Update:
         picked.c.previous_last_delivered_at,
         columns.deadLetteredFrom,
         columns.priority,
+        columns.messageGroup,
     )
 
 
@@ -205,6 +206,7 @@ _batch = _unnested(
     ("payload", "payloads", LargeBinary),
     ("scheduled_at", "scheduled_ats", BigInteger),
     ("priority", "priorities", SmallInteger),
+    ("message_group", "groups", String),
 )
 
 
@@ -214,14 +216,16 @@ def _insert_new_keys(
     scheduled_at: ColumnElement[Any],
     priority: ColumnElement[Any],
     *,
+    group: ColumnElement[Any] | None = None,
     queue: ColumnElement[Any] | None = None,
     now: ColumnElement[Any] | None = None,
     order_by: ColumnElement[Any] | None = None,
     returning: Sequence[ColumnElement[Any]] = (columns.pKey,),
 ) -> Any:
     """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns; `queue` and
-    `now` bound once unless the source has them) into the queue, skipping keys taken
-    already; RETURNING `returning` of the rows that went in (their keys)."""
+    `now` bound once unless the source has them; no `group`, none) into the queue,
+    skipping keys taken already; RETURNING `returning` of the rows that went in (their
+    keys)."""
     rows = select(
         key,
         bindparam("queue", type_=String) if queue is None else queue,
@@ -230,6 +234,7 @@ def _insert_new_keys(
         scheduled_at,
         bindparam("now", type_=BigInteger) if now is None else now,
         priority,
+        null() if group is None else group,
     )
     if order_by is not None:
         rows = rows.order_by(order_by)
@@ -244,6 +249,7 @@ def _insert_new_keys(
                 "scheduledAtInitially",
                 "createdAt",
                 "priority",
+                "messageGroup",
             ],
             rows,
         )
@@ -253,7 +259,11 @@ def _insert_new_keys(
 
 
 _insert_rows = _insert_new_keys(
-    _batch.c.key, _batch.c.payload, _batch.c.scheduled_at, _batch.c.priority
+    _batch.c.key,
+    _batch.c.payload,
+    _batch.c.scheduled_at,
+    _batch.c.priority,
+    group=_batch.c.message_group,
 )
 
 
@@ -274,6 +284,7 @@ _staging = Table(
     Column("payload", LargeBinary, nullable=False),
     Column("scheduled_at", BigInteger, nullable=False),
     Column("priority", SmallInteger, nullable=False),
+    Column("message_group", String, nullable=True),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DELETE ROWS",
 )
@@ -282,14 +293,16 @@ _create_staging = text(
     str(CreateTable(_staging, if_not_exists=True).compile(dialect=postgresql_dialect()))
 )
 _copy_staging = (
-    "COPY hourglass_offer_staging (key, payload, scheduled_at, priority) FROM STDIN (FORMAT BINARY)"
+    "COPY hourglass_offer_staging (key, payload, scheduled_at, priority, message_group) "
+    "FROM STDIN (FORMAT BINARY)"
 )
-_STAGING_TYPES = ("text", "bytea", "int8", "int2")
+_STAGING_TYPES = ("text", "bytea", "int8", "int2", "text")
 _insert_staged = _insert_new_keys(
     _staging.c.key,
     _staging.c.payload,
     _staging.c.scheduled_at,
     _staging.c.priority,
+    group=_staging.c.message_group,
     order_by=_staging.c.position,
 )
 
@@ -546,13 +559,10 @@ _ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
 
 STATEMENTS: Variants = {
     "groups": {
-        # Mark a group, creating its row; an existing mark keeps its time.
-        "group_mark": insert(message_groups)
-        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
-        .on_conflict_do_update(
-            index_elements=["queue", "messageGroup"],
-            set_={"dirtyAt": func.coalesce(message_groups.c.dirtyAt, bindparam("now"))},
-        ),
+        # The keeper's row of a group, unless it exists.
+        "group_enlist": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
+        .on_conflict_do_nothing(index_elements=["queue", "messageGroup"]),
         # The ids as one array (the direct path has no expanding IN).
         **build_moves(_ids),
     },
@@ -568,6 +578,7 @@ STATEMENTS: Variants = {
             digest=func.sha256(columns.payload),
             scheduledAtInitially=columns.scheduledAtInitially,
             priority=columns.priority,
+            messageGroup=columns.messageGroup,
         ),
     },
     "leases": {
@@ -684,6 +695,7 @@ class PostgreSQLDialect(Dialect):
             "payloads": [row["payload"] for row in rows],
             "scheduled_ats": [row["scheduledAt"] for row in rows],
             "priorities": [row["priority"] for row in rows],
+            "groups": [row["messageGroup"] for row in rows],
             "queue": rows[0]["pKind"],
             "now": rows[0]["createdAt"],
         }
@@ -762,7 +774,10 @@ class PostgreSQLDialect(Dialect):
         await connection.execute(_create_staging, {})
         await _copy_rows(
             connection,
-            [(offer.key, offer.payload, offer.scheduled_at, offer.priority) for offer in offers],
+            [
+                (offer.key, offer.payload, offer.scheduled_at, offer.stored_priority, offer.group)
+                for offer in offers
+            ],
         )
         inserted = await connection.execute(_insert_staged, {"queue": queue, "now": now})
         return inserted.scalars().all()
@@ -785,6 +800,7 @@ class PostgreSQLDialect(Dialect):
                 previous_last_delivered_at=row.previous_last_delivered_at,
                 dead_lettered_from=row.deadLetteredFrom,
                 priority=row.priority,
+                group=row.messageGroup,
             )
             for row in await connection.execute(statement, parameters)
         ]

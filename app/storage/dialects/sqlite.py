@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, ClassVar
 
-from sqlalchemy import bindparam, event, func
+from sqlalchemy import bindparam, event
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import UnaryExpression
@@ -30,13 +30,10 @@ _BUSY = 5
 
 STATEMENTS: Variants = {
     "groups": {
-        # Mark a group, creating its row; an existing mark keeps its time.
-        "group_mark": insert(message_groups)
-        .values(queue=bindparam("queue"), messageGroup=bindparam("group"), dirtyAt=bindparam("now"))
-        .on_conflict_do_update(
-            index_elements=["queue", "messageGroup"],
-            set_={"dirtyAt": func.coalesce(message_groups.c.dirtyAt, bindparam("now"))},
-        ),
+        # The keeper's row of a group, unless it exists.
+        "group_enlist": insert(message_groups)
+        .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
+        .on_conflict_do_nothing(index_elements=["queue", "messageGroup"]),
     },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error.

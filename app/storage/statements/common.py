@@ -11,9 +11,11 @@ from sqlalchemy import (
     BigInteger,
     String,
     bindparam,
+    case,
     column,
     delete,
     insert,
+    literal_column,
     null,
     select,
     table,
@@ -102,6 +104,18 @@ def removal(where: Any, keys_after: str | None = None) -> Removal:
         select(columns.pKey).where(where),
         keys_after,
     )
+
+
+# A grouped message in a group's front goes back to wait (its stored priority p becomes
+# -1 - p), where it starts over in another queue: the groups' keeper decides its place
+# there (docs/decisions/0027-message-groups.md).
+waiting_again = case(
+    (
+        columns.messageGroup.is_not(None) & (columns.priority >= 0),
+        literal_column("-1") - columns.priority,
+    ),
+    else_=columns.priority,
+)
 
 
 def starting_over(due: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The statements of message groups: marking a group for the keeper, and the keeper's pass
-over one group (its row held, its front and first waiting messages read, messages moved
-in or out of the front) (docs/decisions/0027-message-groups.md).
+"""The statements of message groups: the marks that say a group's front may have to change,
+and the keeper's pass over one group (its row held, its marks taken, its front and first
+waiting messages read, messages moved into or out of the front)
+(docs/decisions/0027-message-groups.md).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
 module (app/storage/dialects/<db>.py) under the same name.
@@ -10,68 +11,77 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, literal_column, select, union_all, update
+from sqlalchemy import bindparam, delete, insert, literal_column, select, union_all, update
 from sqlalchemy.sql.dml import Insert
 
-from app.domain.messages import DEFAULT_GROUP_CONCURRENCY, PRIORITIES, waiting_priority
+from app.domain.messages import PRIORITIES, waiting_priority
 from app.storage.statements.common import columns, in_queue
 from app.storage.tables import delayed_queue as queue_table
-from app.storage.tables import message_groups, queue_settings
+from app.storage.tables import group_marks, message_groups, queue_settings
 
 __all__ = [
-    "dirty_groups",
-    "group_clean",
+    "group_concurrency",
     "group_drop",
+    "group_enlist",
     "group_enter",
     "group_front",
     "group_hold",
     "group_leave",
     "group_mark",
+    "group_marks_take",
     "group_rows_hold",
     "group_waiting",
+    "marked_groups",
     "queue_groups_mark",
-    "starved_groups",
 ]
 
 groups = message_groups.c
+marks = group_marks.c
 _the_group = (groups.queue == bindparam("queue")) & (groups.messageGroup == bindparam("group"))
 _in_group = in_queue & (columns.messageGroup == bindparam("group"))
 
-# Mark a group for the keeper ("queue", "group", since "now"), creating its row: an
-# upsert, which every database says its own way; none here. A mark kept keeps its time.
-group_mark: Insert | None = None
-# Mark every group of a queue (its group_concurrency changed).
-queue_groups_mark = (
-    update(message_groups)
-    .where(groups.queue == bindparam("queue"), groups.dirtyAt.is_(None))
-    .values(dirtyAt=bindparam("now"))
+# Mark a group ("queue", "group") in the writer's transaction. Triggers on the message
+# table mark what leaves or comes back to a front (revision 0012); offers mark the groups
+# of the messages they insert, one mark per group per statement.
+group_mark = insert(group_marks).values(queue=bindparam("queue"), messageGroup=bindparam("group"))
+# Every group of a queue marked (its group_concurrency changed), in the settings'
+# transaction: a keeper that takes these marks reads the new concurrency.
+queue_groups_mark = insert(group_marks).from_select(
+    ["queue", "messageGroup"],
+    select(groups.queue, groups.messageGroup).where(groups.queue == bindparam("queue")),
 )
-# The groups marked since before "before", oldest mark first, at most "limit".
-dirty_groups = (
-    select(groups.queue, groups.messageGroup)
-    .where(groups.dirtyAt <= bindparam("before"))
-    .order_by(groups.dirtyAt)
-    .limit(bindparam("limit"))
+# A queue's group_concurrency (none: the default), read in the keeper's transaction.
+group_concurrency = select(queue_settings.c.groupConcurrency).where(
+    queue_settings.c.queue == bindparam("queue")
 )
+# The oldest marks' groups, up to "limit" marks (a group may come more than once).
+marked_groups = select(marks.queue, marks.messageGroup).order_by(marks.id).limit(bindparam("limit"))
 
-# The keeper holds a group's row while it changes the group's front; another keeper
-# (another replica) skips it rather than wait.
-group_hold = select(groups.dirtyAt).where(_the_group).with_for_update(skip_locked=True)
-group_clean = update(message_groups).where(_the_group).values(dirtyAt=None)
+# The keeper's row of a group: made if missing (every database says "unless it exists"
+# its own way; none here), then held while the keeper changes the group's front. Another
+# keeper (another replica, or an offer's pass) waits for it: keepers hold groups in one
+# order and never wait on a message's row, so none waits on one that waits on it.
+group_enlist: Insert | None = None
+group_hold = select(groups.queue).where(_the_group).with_for_update()
+# Taken first, under the group's row: every change whose mark this deletes committed
+# before, so the reads after it see them; a mark written later stays for the next pass.
+group_marks_take = delete(group_marks).where(
+    marks.queue == bindparam("queue"), marks.messageGroup == bindparam("group")
+)
 group_drop = delete(message_groups).where(_the_group)
 
 # A group's front: its messages stored at their own priority (at most its concurrency,
-# unless that was lowered and leases still run).
-group_front = select(columns.id, columns.lockUuid, columns.scheduledAt).where(
-    _in_group, columns.priority >= 0
-)
+# unless that was lowered while leases still run).
+group_front = select(
+    columns.id, columns.lockUuid, columns.scheduledAt, columns.scheduledAtInitially
+).where(_in_group, columns.priority >= 0)
 # Its first "limit" waiting messages of each priority, in due order (then id): ten short
 # ranges of the group index, merged by the keeper.
 group_waiting = union_all(
     *(
         select(
             (
-                select(columns.id, columns.scheduledAt)
+                select(columns.id, columns.scheduledAt, columns.scheduledAtInitially)
                 .where(_in_group, columns.priority == literal_column(str(waiting_priority(p))))
                 .order_by(columns.scheduledAt, columns.id)
                 .limit(bindparam("limit"))
@@ -102,45 +112,3 @@ _moves = build_moves(columns.id.in_(bindparam("ids", expanding=True)))
 group_rows_hold = _moves["group_rows_hold"]
 group_enter = _moves["group_enter"]
 group_leave = _moves["group_leave"]
-
-
-def _of_group(*conditions):
-    return (
-        select(literal_column("1"))
-        .select_from(queue_table)
-        .where(
-            columns.pKind == groups.queue,
-            columns.messageGroup == groups.messageGroup,
-            *conditions,
-        )
-    )
-
-
-# The keeper's check every second, for what no mark told it (an acknowledgement through
-# another process, a crash between a commit and a pass): groups not marked whose front
-# has room while messages wait, and groups left with no message.
-_concurrency = func.coalesce(
-    select(queue_settings.c.groupConcurrency)
-    .where(queue_settings.c.queue == groups.queue)
-    .scalar_subquery(),
-    DEFAULT_GROUP_CONCURRENCY,
-)
-_front_size = (
-    select(func.count())
-    .select_from(queue_table)
-    .where(
-        columns.pKind == groups.queue,
-        columns.messageGroup == groups.messageGroup,
-        columns.priority >= 0,
-    )
-    .scalar_subquery()
-)
-starved_groups = (
-    select(groups.queue, groups.messageGroup)
-    .where(
-        groups.dirtyAt.is_(None),
-        (_of_group(columns.priority < 0).exists() & (_front_size < _concurrency))
-        | ~_of_group().exists(),
-    )
-    .limit(bindparam("limit"))
-)

@@ -37,6 +37,7 @@ from app.storage.statements.common import (
     keys_in_queue,
     removal,
     starting_over,
+    waiting_again,
 )
 from app.storage.tables import delayed_queue as queue_table
 
@@ -95,6 +96,7 @@ claim_candidates = (
         columns.lastDeliveredAt,
         columns.deadLetteredFrom,
         columns.priority,
+        columns.messageGroup,
         _payload_bytes.label("payload_bytes"),
         case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
             "payload"
@@ -197,6 +199,7 @@ dead_letter_move = (
     .values(
         pKind=bindparam("dead_letter_queue"),
         deadLetteredFrom=bindparam("queue"),
+        priority=waiting_again,
         **starting_over(bindparam("now")),
     )
 )
@@ -218,6 +221,7 @@ redrive_move = (
     .values(
         pKind=bindparam("target"),
         deadLetteredFrom=null(),
+        priority=waiting_again,
         **starting_over(bindparam("now")),
     )
 )

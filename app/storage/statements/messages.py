@@ -62,6 +62,7 @@ offer_select_for_update = (
         columns.payload,
         columns.scheduledAtInitially,
         columns.priority,
+        columns.messageGroup,
         columns.createdAt,
         columns.deadLetteredFrom,
     )
@@ -79,6 +80,7 @@ offer_update = (
     .values(
         payload=bindparam("new_payload"),
         priority=bindparam("new_priority"),
+        messageGroup=bindparam("new_group"),
         createdAt=bindparam("now"),
         deadLetteredFrom=bindparam("new_origin"),
         **starting_over(bindparam("new_scheduled_at")),
@@ -92,7 +94,11 @@ offer_stored_schedule = select(columns.scheduledAtInitially).where(by_key)
 # dialect with a hash function compares digests instead of whole payloads
 # (Dialect.payload_digest).
 stored_offers = keys_in_queue(
-    columns.pKey, columns.payload.label("digest"), columns.scheduledAtInitially, columns.priority
+    columns.pKey,
+    columns.payload.label("digest"),
+    columns.scheduledAtInitially,
+    columns.priority,
+    columns.messageGroup,
 )
 
 # What a Message shows (storage/messages.py: message_of), its payload besides.
@@ -105,6 +111,7 @@ MESSAGE_COLUMNS = (
     columns.deliveries,
     columns.deadLetteredFrom,
     columns.priority,
+    columns.messageGroup,
 )
 message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)

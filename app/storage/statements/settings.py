@@ -46,6 +46,7 @@ settings_update = (
         pushUrl=bindparam("new_push_url"),
         pushTimeoutMs=bindparam("new_push_timeout_ms"),
         pushConcurrency=bindparam("new_push_concurrency"),
+        groupConcurrency=bindparam("new_group_concurrency"),
         updatedAt=bindparam("now"),
     )
 )
