@@ -40,6 +40,7 @@ def test_a_queue_without_settings_has_the_defaults(client):
         "dead_letter_queue": "q.dead",
         "retry": None,
         "push": None,
+        "group_concurrency": 1,
         "updated_at": None,
     }
 
@@ -53,6 +54,7 @@ def test_settings_are_replaced_whole(client, clock):
         "dead_letter_queue": "failed",
         "retry": None,
         "push": None,
+        "group_concurrency": 1,
         "updated_at": "2026-11-26T09:00:00.000Z",
     }
     assert client.get("/v1/queues/q/settings").json() == body
@@ -65,6 +67,7 @@ def test_settings_are_replaced_whole(client, clock):
         "dead_letter_queue": "q.dead",
         "retry": None,
         "push": None,
+        "group_concurrency": 1,
         "updated_at": "2026-11-26T09:00:01.000Z",
     }
 
@@ -160,6 +163,7 @@ def test_a_message_past_its_last_delivery_moves_to_the_dead_letter_queue(client,
         "deliveries": 0,
         "dead_lettered_from": "q",
         "priority": 0,
+        "group": None,
     }
     assert history_rows(database.url) == [
         {

@@ -75,6 +75,7 @@ def test_message_read_shows_every_field(client):
         "deliveries": 0,
         "dead_lettered_from": None,
         "priority": 0,
+        "group": None,
     }
     assert "lock" not in response.text
 

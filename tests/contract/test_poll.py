@@ -38,6 +38,7 @@ def test_a_future_message_is_invisible_until_exactly_due(client, clock):
         "deliveries": 1,
         "dead_lettered_from": None,
         "priority": 0,
+        "group": None,
         "delivery": "first",
         "lease_expires_at": at(START_MS + 40_000),
     }

@@ -268,6 +268,7 @@ def test_a_due_message_is_posted_as_a_poll_shows_it_signed_and_acknowledged(
         "deliveries": 1,
         "dead_lettered_from": None,
         "priority": 0,
+        "group": None,
         "delivery": "first",
         "lease_expires_at": at(lease_ends),
     }

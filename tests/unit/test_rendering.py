@@ -69,6 +69,7 @@ def _lease(redelivery: bool) -> Lease:
                 deliveries=index + 1,
                 dead_lettered_from='q."from"' if index % 2 else None,
                 priority=index % 10,
+                group=None if index % 3 else f'g"{index}"',
             ),
             redelivery=redelivery and index % 2 == 0,
         )
@@ -94,6 +95,7 @@ def _fields(message: Message, state: State) -> dict:
         "deliveries": message.deliveries,
         "dead_lettered_from": message.dead_lettered_from,
         "priority": message.priority,
+        "group": message.group,
     }
 
 
