@@ -51,8 +51,9 @@ from app.storage.statements.common import (
     keys_in_queue,
 )
 from app.storage.statements.cron import build_entry_runs
+from app.storage.statements.groups import build_waiting
 from app.storage.statements.lists import ListReads
-from app.storage.tables import POLL_INDEX, delivery_history, message_groups
+from app.storage.tables import GROUP_INDEX, POLL_INDEX, delivery_history, message_groups
 from app.storage.tables import delayed_queue as queue_table
 
 _DUPLICATE_ENTRY = 1062
@@ -123,6 +124,9 @@ STATEMENTS: Variants = {
         "group_enlist": insert(message_groups)
         .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
         .on_duplicate_key_update(queue=message_groups.c.queue),
+        # A group's waiting messages from the group index, named: given a priority, the
+        # optimizer may walk the poll's index instead, every group's waiting messages of it.
+        "group_waiting": build_waiting(f"FORCE INDEX ({GROUP_INDEX})"),
     },
     "messages": {
         # INSERT IGNORE, the warnings read after it (the module's docstring).

@@ -75,21 +75,28 @@ group_drop = delete(message_groups).where(_the_group)
 group_front = select(
     columns.id, columns.lockUuid, columns.scheduledAt, columns.scheduledAtInitially
 ).where(_in_group, columns.priority >= 0)
-# Its first "limit" waiting messages of each priority, in due order (then id): ten short
-# ranges of the group index, merged by the keeper.
-group_waiting = union_all(
-    *(
-        select(
-            (
-                select(columns.id, columns.scheduledAt, columns.scheduledAtInitially)
-                .where(_in_group, columns.priority == literal_column(str(waiting_priority(p))))
-                .order_by(columns.scheduledAt, columns.id)
-                .limit(bindparam("limit"))
-            ).subquery(f"waiting_{p}")
+
+
+def build_waiting(index_hint: str | None = None) -> Any:
+    """A group's first "limit" waiting messages of each priority, in due order (then id):
+    ten short ranges of the group index, merged by the keeper; `index_hint` names that
+    index where a database may otherwise take the poll's (MariaDB's variant)."""
+
+    def waiting(priority: int) -> Any:
+        rows = (
+            select(columns.id, columns.scheduledAt, columns.scheduledAtInitially)
+            .where(_in_group, columns.priority == literal_column(str(waiting_priority(priority))))
+            .order_by(columns.scheduledAt, columns.id)
+            .limit(bindparam("limit"))
         )
-        for p in PRIORITIES
-    )
-)
+        if index_hint is not None:
+            rows = rows.with_hint(queue_table, index_hint)
+        return select(rows.subquery(f"waiting_{priority}"))
+
+    return union_all(*(waiting(priority) for priority in PRIORITIES))
+
+
+group_waiting = build_waiting()
 
 
 def build_moves(listed: Any) -> dict[str, Any]:
