@@ -102,6 +102,10 @@ KeyPrefix = Annotated[
         "other. The list is then in key order (bytes of UTF-8)",
     ),
 ]
+GroupFilter = Annotated[
+    str | None,
+    Query(pattern=KEY_PATTERN, description="Only the messages of this group"),
+]
 PageLimit = Annotated[
     int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE})")
 ]

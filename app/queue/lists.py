@@ -52,10 +52,12 @@ class QueueLists:
         *,
         state: ListState = ListState.ALL,
         prefix: str | None = None,
+        group: str | None = None,
         cursor: str | None = None,
         limit: int,
     ) -> MessageList:
-        """Messages by due time then id, or with a key `prefix` by key; from `cursor` on."""
+        """Messages by due time then id, or with a key `prefix` by key; of one `group`
+        when given; from `cursor` on."""
         kind = KeyPosition if prefix else DuePosition
         after = decode_cursor(cursor, kind) if cursor else None
         assert after is None or isinstance(after, DuePosition | KeyPosition)
@@ -66,6 +68,7 @@ class QueueLists:
                 queue,
                 state=state,
                 prefix=prefix or None,
+                group=group,
                 after=after,
                 limit=limit,
                 now=now,

@@ -139,6 +139,7 @@ class Lists(Protocol):
         *,
         state: ListState = ListState.ALL,
         prefix: str | None = None,
+        group: str | None = None,
         after: DuePosition | KeyPosition | None = None,
         limit: int,
         now: int,

@@ -53,17 +53,19 @@ class SqlLists:
         *,
         state: ListState = ListState.ALL,
         prefix: str | None = None,
+        group: str | None = None,
         after: DuePosition | KeyPosition | None = None,
         limit: int,
         now: int,
         max_bytes: int | None = None,
     ) -> MessagePage:
         """Up to `limit` messages after `after`: by due time then id, or with `prefix` (a
-        key prefix, every character literal) by key. A page stops early where its
-        payloads would pass `max_bytes` (the first message always)."""
+        key prefix, every character literal) by key; of one `group` only, when given. A
+        page stops early where its payloads would pass `max_bytes` (the first message
+        always)."""
         by_key = bool(prefix)
         statement, parameters = self.messages_query(
-            queue, state=state, prefix=prefix, after=after, limit=limit, now=now
+            queue, state=state, prefix=prefix, group=group, after=after, limit=limit, now=now
         )
 
         rows = await self.runner.rows(statement, parameters)
@@ -93,6 +95,7 @@ class SqlLists:
         *,
         state: ListState = ListState.ALL,
         prefix: str | None = None,
+        group: str | None = None,
         after: DuePosition | KeyPosition | None = None,
         limit: int,
         now: int,
@@ -108,6 +111,7 @@ class SqlLists:
             after=after is not None,
             since=isinstance(after, DuePosition),
             bounded=by_key and key_prefix_end(prefix or "") is not None,
+            grouped=group is not None,
         )
         parameters: dict[str, Any] = {
             "queue": queue,
@@ -115,6 +119,8 @@ class SqlLists:
             "limit": limit + 1,  # one more: whether there is a next page
             "inline_payload_bytes": _INLINE_BYTES // (limit + 1),
         }
+        if group is not None:
+            parameters["group"] = group
         if by_key:
             assert prefix is not None
             parameters["low"] = prefix

@@ -178,3 +178,20 @@ def test_group_concurrency_is_1_to_1000(client, concurrency):
     response = client.put("/v1/queues/q/settings", json={"group_concurrency": concurrency})
     assert response.status_code == 422
     assert client.get("/v1/queues/q/settings").json()["group_concurrency"] == 1
+
+
+def test_lists_filter_by_group(client, clock):
+    for index in range(3):
+        offer(client, f"a{index}", "a", START_MS - 10 + index)
+        offer(client, f"b{index}", "b", START_MS - 10 + index)
+    offer(client, "plain", None, START_MS)
+    clock.advance(1)  # a walk lists what was there when it began
+    page = client.get("/v1/queues/q/messages", params={"group": "a", "limit": 2}).json()
+    assert [message["key"] for message in page["messages"]] == ["a0", "a1"]
+    rest = client.get(
+        "/v1/queues/q/messages", params={"group": "a", "limit": 2, "cursor": page["next"]}
+    ).json()
+    assert [message["key"] for message in rest["messages"]] == ["a2"]
+    by_key = client.get("/v1/queues/q/messages", params={"group": "b", "prefix": "b"}).json()
+    assert [message["key"] for message in by_key["messages"]] == ["b0", "b1", "b2"]
+    assert {m["group"] for m in by_key["messages"]} == {"b"}

@@ -22,6 +22,7 @@ from app.api.schemas import (
     BatchRequest,
     BatchResponse,
     Cursor,
+    GroupFilter,
     KeyPrefix,
     MessageKey,
     MessageListResponse,
@@ -122,6 +123,7 @@ async def list_messages(
         ListState, Query(description="`ready`, `scheduled`, `leased`, or `all`")
     ] = ListState.ALL,
     prefix: KeyPrefix = None,
+    group: GroupFilter = None,
     limit: PageLimit = DEFAULT_PAGE,
     cursor: Cursor = None,
 ) -> Response:
@@ -129,7 +131,9 @@ async def list_messages(
     while offers and polls go on lists no message twice in one walk, and skips none
     that stayed in place (a message offered or polled meanwhile has moved, and is
     left to a new walk). A page stops early rather than pass the poll's byte bound."""
-    page = await lists.messages(queue, state=state, prefix=prefix, cursor=cursor, limit=limit)
+    page = await lists.messages(
+        queue, state=state, prefix=prefix, group=group, cursor=cursor, limit=limit
+    )
     return message_list_response(page.messages, page.next)
 
 

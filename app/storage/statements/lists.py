@@ -34,7 +34,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from app.domain.pages import ListState
 from app.storage.statements.common import columns, history, in_queue
 from app.storage.statements.messages import MESSAGE_COLUMNS
-from app.storage.tables import delayed_queue, delivery_history
+from app.storage.tables import GROUP_INDEX, delayed_queue, delivery_history
 
 __all__ = [
     "history_page",
@@ -101,11 +101,14 @@ def messages_page(
     after: bool,
     since: bool,
     bounded: bool,
+    grouped: bool = False,
 ) -> Select[Any]:
     """The page's SELECT: `keys` compare and sort keys in byte order and `reads` help the
     planner (the dialect's); the rest says which conditions the page has. Built once
     per combination."""
     conditions: list[ColumnElement[bool]] = [columns.pKind == bindparam("queue")]
+    if grouped:  # one group's messages, from the group index (revision 0012)
+        conditions.append(columns.messageGroup == bindparam("group", type_=String))
     if by_key:
         # The keys with the prefix are one range (key_prefix_end): no LIKE, so `%` and
         # `_` are characters like any other.
@@ -153,7 +156,8 @@ def messages_page(
     # Leased messages are few, as a rule: the planner may rather read them by "lockUuid"
     # and sort them (revision 0004's index), so that page names no index.
     if reads.forced and state is not ListState.LEASED:
-        statement = _forcing(statement, delayed_queue, _KEY_INDEX if by_key else _DUE_INDEX)
+        index = GROUP_INDEX if grouped else _KEY_INDEX if by_key else _DUE_INDEX
+        statement = _forcing(statement, delayed_queue, index)
     if after and not by_key and reads.split:
         statement = _split_at_the_cursor(statement, _DUE_ORDER, _AFTER)
     return statement
