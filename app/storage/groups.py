@@ -49,17 +49,21 @@ class SqlGroups:
     ) -> Settled:
         statements = self.statements
         of_groups = {"queue": queue, "groups": groups}
-        stored = await connection.execute(statements.group_concurrency, {"queue": queue})
-        concurrency = stored.scalar() or DEFAULT_GROUP_CONCURRENCY
-        if statements.groups_enlist is not None:
-            await connection.execute(statements.groups_enlist, of_groups)
-        else:
-            for group in groups:
-                await connection.execute(statements.group_enlist, {"queue": queue, "group": group})
-        held = set((await connection.execute(statements.groups_hold, of_groups)).scalars())
-        groups = [group for group in groups if group in held]  # else dropped meanwhile: empty
-        if not groups:
+        rows = (await connection.execute(statements.groups_hold, of_groups)).all()
+        if len(rows) < len(groups):  # rows to make first (a group's first pass)
+            missing = sorted(set(groups) - {row[0] for row in rows})
+            if statements.groups_enlist is not None:
+                await connection.execute(statements.groups_enlist, {**of_groups, "groups": missing})
+            else:
+                for group in missing:
+                    await connection.execute(
+                        statements.group_enlist, {"queue": queue, "group": group}
+                    )
+            rows = (await connection.execute(statements.groups_hold, of_groups)).all()
+        if not rows:
             return Settled()
+        concurrency = rows[0][1] or DEFAULT_GROUP_CONCURRENCY
+        groups = [row[0] for row in rows]
         of_groups = {"queue": queue, "groups": groups}
         await connection.execute(statements.groups_marks_take, of_groups)
         fronts: dict[str, list[Any]] = {group: [] for group in groups}

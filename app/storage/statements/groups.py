@@ -116,7 +116,9 @@ def build_lists(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
     messages = listed(columns.id, "ids")
     flipped: dict[str, Any] = {"priority": literal_column("-1") - columns.priority}
     return {
-        "groups_hold": select(groups.messageGroup)
+        # With the queue's group_concurrency (none: the default), read under them: a
+        # change marks every group of the queue in its own transaction.
+        "groups_hold": select(groups.messageGroup, group_concurrency.scalar_subquery())
         .where(groups.queue == _queue, of_groups)
         .order_by(groups.messageGroup)
         .with_for_update(),
