@@ -210,3 +210,15 @@ def test_a_cron_entry_s_runs_carry_its_group(client):
     assert changed.json()["config_hash"] != installed.json()["config_hash"]
     runs = client.get("/v1/queues/q/messages").json()["messages"]
     assert {run["group"] for run in runs} == {"other"}
+
+
+def test_a_poll_waiting_behind_a_group_does_not_look_again_and_again(client):
+    offer(client, "a1", "a", START_MS - 2)
+    offer(client, "a2", "a", START_MS - 1)  # due, but waits behind a1
+    assert keys_of(poll(client, "q")) == ["a1"]
+    sent: list[str] = []
+    client.app.state.service.storage.listen_statements(sent.append)
+    assert poll(client, "q", wait=0.5)["messages"] == []
+    # Looking every 10 ms, as for due messages other polls hold, would be ~50 claims.
+    claims = [sql for sql in sent if sql.lstrip().upper().startswith(("UPDATE", "SELECT"))]
+    assert len(claims) < 10, sent

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy import bindparam, case, func, literal_column, select, union_all, update
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
+from app.domain.messages import PRIORITIES
 from app.storage.statements.common import (
     by_key,
     columns,
@@ -116,8 +117,18 @@ MESSAGE_COLUMNS = (
 message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)
 
-# When a queue next has something to deliver (a due message or an ending lease).
-queue_next_due = select(func.min(columns.scheduledAt)).where(in_queue)
+# When a queue next has something to deliver (a due message or an ending lease): the
+# earliest of each priority's range of the poll's index, ten probes. A message waiting
+# behind its group's front (stored priority < 0) is not one a poll can take: a poll
+# waiting for it would look again at once, and again (docs/decisions/0027-message-groups.md).
+_earliest = [
+    select(func.min(columns.scheduledAt).label("due")).where(
+        in_queue, columns.priority == literal_column(str(priority))
+    )
+    for priority in PRIORITIES
+]
+_earliest_of_each = union_all(*_earliest).subquery("earliest")
+queue_next_due = select(func.min(_earliest_of_each.c.due))
 queue_purge = removal(in_queue)
 
 
