@@ -630,6 +630,10 @@ class CronInstallRequest(_Request):
         description=f"Every run's priority ({PRIORITY_DESCRIPTION}); part of the "
         "configuration: a change replaces the runs not yet delivered",
     )
+    group: MessageGroup = Field(
+        None,
+        description=f"Every run's group ({GROUP_DESCRIPTION}); part of the configuration",
+    )
     lookahead: Number | None = Field(
         None,
         gt=0,
@@ -667,7 +671,10 @@ class CronEntryResponse(BaseModel):
     payload: JsonValue
     lookahead: float | None = Field(description="Seconds; null for the default")
     priority: int = Field(description="Every run's priority")
-    config_hash: str = Field(description="Identifies schedule, time zone, payload and priority")
+    group: str | None = Field(description="Every run's group; null: none")
+    config_hash: str = Field(
+        description="Identifies schedule, time zone, payload, priority and group"
+    )
     created_at: Timestamp
     updated_at: Timestamp
     paused: bool = Field(description="Paused: it installs no runs until resumed")

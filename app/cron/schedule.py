@@ -247,11 +247,15 @@ def most_runs_within(schedule: Schedule, span_ms: int) -> int:
     return -(-span_ms // grain)
 
 
-def config_hash(schedule: Schedule, payload: bytes, priority: int = 0) -> str:
-    """What identifies an entry's configuration: its schedule, zone, payload and priority.
+def config_hash(
+    schedule: Schedule, payload: bytes, priority: int = 0, group: str | None = None
+) -> str:
+    """What identifies an entry's configuration: its schedule, zone, payload, priority and
+    group.
 
-    Priority 0 adds nothing, so an entry installed before priorities existed keeps its
-    hash, and the keys of the runs it installed."""
+    Priority 0 and no group add nothing, so an entry installed before priorities or
+    groups existed keeps its hash, and the keys of the runs it installed."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
     ranked = f"\npriority={priority}".encode() if priority else b""
-    return hashlib.sha256(canonical + b"\n" + payload + ranked).hexdigest()[:HASH_LENGTH]
+    grouped = b"\ngroup=" + json.dumps(group).encode() if group is not None else b""
+    return hashlib.sha256(canonical + b"\n" + payload + ranked + grouped).hexdigest()[:HASH_LENGTH]

@@ -53,6 +53,7 @@ class CronSpec:
     payload: Any
     lookahead_seconds: float | None = None
     priority: int = 0
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +106,12 @@ class CronService:
             name=name,
             schedule=json.dumps(spec.schedule.as_json(), sort_keys=True),
             payload=payload,
-            config_hash=config_hash(spec.schedule, payload, spec.priority),
+            config_hash=config_hash(spec.schedule, payload, spec.priority, spec.group),
             lookahead_ms=lookahead_ms,
             created_at=now,
             updated_at=now,
             priority=spec.priority,
+            group=spec.group,
         )
         installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
@@ -216,6 +218,7 @@ class CronService:
                 scheduled_at=run,
                 if_exists=IfExists.IGNORE,
                 priority=entry.priority,
+                group=entry.group,
             )
             for run in runs
         ]

@@ -36,6 +36,8 @@ class CronEntry:
     priority: int = 0
     # Since when the entry has been paused (epoch ms; None: it runs).
     paused_at: int | None = None
+    # The group of every run, if any (docs/flow-control.md).
+    group: str | None = None
 
 
 class InstallOutcome(StrEnum):

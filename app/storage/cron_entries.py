@@ -65,6 +65,7 @@ class SqlCronEntries:
                 "new_config_hash": entry.config_hash,
                 "new_lookahead_ms": entry.lookahead_ms,
                 "new_priority": entry.priority,
+                "new_group": entry.group,
                 "now": entry.updated_at,
             },
         )
@@ -214,6 +215,7 @@ def _cron_row(entry: CronEntry) -> dict[str, Any]:
         "updatedAt": entry.updated_at,
         "priority": entry.priority,
         "pausedAt": entry.paused_at,
+        "messageGroup": entry.group,
     }
 
 
@@ -229,6 +231,7 @@ def _cron_entry(row: Any) -> CronEntry:
         updated_at=row.updatedAt,
         priority=row.priority,
         paused_at=row.pausedAt,
+        group=row.messageGroup,
     )
 
 

@@ -136,6 +136,8 @@ cron_entries = Table(
     Column("updatedAt", BigInteger, nullable=False),
     # Added by revision 0011 (decision 25): when the entry was paused; null while it runs.
     Column("pausedAt", BigInteger, nullable=True),
+    # Added by revision 0012: the group of every run it installs, if any.
+    Column("messageGroup", String(200), nullable=True),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

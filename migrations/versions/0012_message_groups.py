@@ -1,6 +1,9 @@
 """Message groups (docs/flow-control.md): a message's group, the keeper's rows and marks,
-the triggers that mark a group when a message leaves or comes back to its front, and the
-queue setting `groupConcurrency`.
+the triggers that mark a group when a message leaves or comes back to its front, the
+queue setting `groupConcurrency`, and a cron entry's group.
+
+On SQLite a later revision that rebuilds `delayed_queue` (Alembic's batch mode copies
+the table) drops its triggers: such a revision must create them again.
 
 A grouped message not in its group's front waits with its priority p stored as -1 - p,
 outside the poll's ranges; the new index reads a group's front and its waiting messages
@@ -152,9 +155,13 @@ def upgrade() -> None:
     _create_triggers(op.get_bind().dialect.name)
     with op.batch_alter_table("queue_settings") as table:
         table.add_column(sa.Column("groupConcurrency", sa.Integer(), nullable=True))
+    with op.batch_alter_table("cron_entries") as table:
+        table.add_column(sa.Column("messageGroup", sa.String(200), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("cron_entries") as table:
+        table.drop_column("messageGroup")
     with op.batch_alter_table("queue_settings") as table:
         table.drop_column("groupConcurrency")
     _drop_triggers(op.get_bind().dialect.name)

@@ -195,3 +195,18 @@ def test_lists_filter_by_group(client, clock):
     by_key = client.get("/v1/queues/q/messages", params={"group": "b", "prefix": "b"}).json()
     assert [message["key"] for message in by_key["messages"]] == ["b0", "b1", "b2"]
     assert {m["group"] for m in by_key["messages"]} == {"b"}
+
+
+def test_a_cron_entry_s_runs_carry_its_group(client):
+    entry = {"every": 60, "payload": {"report": 1}, "group": "reports"}
+    installed = client.put("/v1/queues/q/cron/nightly", json=entry)
+    assert installed.status_code == 201, installed.text
+    assert installed.json()["group"] == "reports"
+    runs = client.get("/v1/queues/q/messages").json()["messages"]
+    assert runs and {run["group"] for run in runs} == {"reports"}
+    # A changed group is a changed configuration: its runs are installed again.
+    changed = client.put("/v1/queues/q/cron/nightly", json={**entry, "group": "other"})
+    assert changed.json()["outcome"] == "changed"
+    assert changed.json()["config_hash"] != installed.json()["config_hash"]
+    runs = client.get("/v1/queues/q/messages").json()["messages"]
+    assert {run["group"] for run in runs} == {"other"}

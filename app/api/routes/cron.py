@@ -41,6 +41,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
         "payload": None,  # the stored bytes take its place
         "lookahead": None if entry.lookahead_ms is None else entry.lookahead_ms / 1000,
         "priority": entry.priority,
+        "group": entry.group,
         "config_hash": entry.config_hash,
         "created_at": entry.created_at,
         "updated_at": entry.updated_at,
@@ -74,6 +75,7 @@ async def install(
         payload=body.payload,
         lookahead_seconds=body.lookahead,
         priority=body.priority,
+        group=body.group,
     )
     outcome, view = await cron.install(queue, name, spec)
     return json_response(

@@ -95,6 +95,7 @@ cron_update = (
         configHash=bindparam("new_config_hash"),
         lookaheadMs=bindparam("new_lookahead_ms"),
         priority=bindparam("new_priority"),
+        messageGroup=bindparam("new_group"),
         updatedAt=bindparam("now"),
     )
 )
