@@ -462,10 +462,11 @@ def install_cron(
     timezone: str | None = None,
     lookahead: Seconds | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> Call[CronInstallResult]:
     """Install (or change) a recurring schedule: exactly one of `cron` (a 5-field expression),
     `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC);
-    every run at `priority` (0-9; None: 0)."""
+    every run at `priority` (0-9; None: 0), in `group` (None: none)."""
     body = _present(
         payload=payload,
         cron=cron,
@@ -474,6 +475,7 @@ def install_cron(
         timezone=timezone,
         lookahead=None if lookahead is None else seconds(lookahead),
         priority=priority,
+        group=group,
     )
     body["payload"] = payload  # a payload of null is a payload
     return Call(

@@ -432,6 +432,7 @@ class CronEntry:
     updated_at: datetime
     next_runs: list[datetime]
     priority: int  # every run's
+    group: str | None  # every run's; None: none
     # Since when the entry has been paused (it installs no runs); None while it runs.
     paused_at: datetime | None = field(default=None, kw_only=True)
 
@@ -459,6 +460,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "updated_at": parse_time(data["updated_at"]),
         "next_runs": [parse_time(run) for run in data["next_runs"]],
         "priority": data.get("priority", 0),
+        "group": data.get("group"),
         "paused_at": _optional_time(data.get("paused_at")),
     }
 

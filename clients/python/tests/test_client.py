@@ -168,6 +168,13 @@ def test_groups_on_every_offer_every_message_and_the_settings(api, queue):
     assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, group="g").outcome == "ignored"
     assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, group="h").outcome == "updated"
     assert api.get(queue, "later").group == "h"
+    entry = api.install_cron(queue, "tick", 1, every=600, group="g")
+    assert entry.group == "g" and api.get_cron(queue, "tick").group == "g"
+    assert api.install_cron(queue, "tick", 1, every=600, group="g").outcome == "unchanged"
+    assert len(list(api.iter_messages(queue, group="g"))) >= 1  # its runs, in its group
+    assert api.install_cron(queue, "tick", 1, every=600).outcome == "changed"
+    assert api.get_cron(queue, "tick").group is None
+    assert list(api.iter_messages(queue, group="g")) == []
     assert api.put_settings(queue, group_concurrency=5).group_concurrency == 5
     assert api.get_settings(queue).group_concurrency == 5
     assert api.put_settings(queue).group_concurrency == 1
