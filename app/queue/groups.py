@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 GROUP_KEEPER_SECONDS = 0.1
 # Marks read per round, and groups passed over per transaction.
 _MARKS_PER_ROUND = 500
-_GROUPS_PER_TRANSACTION = 100
+_GROUPS_PER_TRANSACTION = 500
 # Rounds per pass at most: a pass that keeps finding marks yields to the loop's next one.
 _ROUNDS_PER_PASS = 50
 

@@ -6,6 +6,7 @@ messages and the earliest due of the rest, `group_concurrency` in all
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.domain.messages import DEFAULT_GROUP_CONCURRENCY, Settled
@@ -33,84 +34,152 @@ class SqlGroups:
         """Pass over `groups` of `queue`, in one transaction, taking their marks: each front
         becomes its leased messages and the earliest due of the rest, the queue's
         group_concurrency in all (read here: a change marks every group in its own
-        transaction). A group another keeper holds is waited for."""
+        transaction). Groups another keeper holds are waited for."""
+        ordered = sorted(set(groups))  # one order for every keeper
+        if not ordered:
+            return Settled()
 
         async def settle(connection: Connection) -> Settled:
-            stored = await connection.execute(self.statements.group_concurrency, {"queue": queue})
-            concurrency = stored.scalar() or DEFAULT_GROUP_CONCURRENCY
-            done = Settled()
-            for group in sorted(set(groups)):  # one order for every keeper
-                done += await self._settle(connection, queue, group, concurrency, now)
-            return done
+            return await self._settle(connection, queue, ordered, now)
 
         return await self.runner.transaction(settle)
 
     async def _settle(
-        self, connection: Connection, queue: str, group: str, concurrency: int, now: int
+        self, connection: Connection, queue: str, groups: list[str], now: int
     ) -> Settled:
-        the_group = {"queue": queue, "group": group}
-        await connection.execute(self.statements.group_enlist, the_group)
-        if (await connection.execute(self.statements.group_hold, the_group)).first() is None:
-            return Settled()  # dropped by the keeper that held it: it had no messages
-        await connection.execute(self.statements.group_marks_take, the_group)
-        front = (await connection.execute(self.statements.group_front, the_group)).all()
-        waiting = sorted(
-            (_place(row, now), row.id)
-            for row in await connection.execute(
-                self.statements.group_waiting, {**the_group, "limit": concurrency}
-            )
-        )[:concurrency]
-        if not front and not waiting:
-            await connection.execute(self.statements.group_drop, the_group)
-            return Settled(groups=1)
-        leased = sum(row.lockUuid is not None for row in front)
-        free = [(_place(row, now), row.id) for row in front if row.lockUuid is None]
-        wanted = sorted(free + waiting)[: max(0, concurrency - leased)]
-        wanted_ids = {row_id for _, row_id in wanted}
-        leaving = [row_id for _, row_id in free if row_id not in wanted_ids]
-        entering = {row_id for _, row_id in waiting if row_id in wanted_ids}
-        if not leaving and not entering:
-            return Settled(groups=1)
+        statements = self.statements
+        of_groups = {"queue": queue, "groups": groups}
+        rows = (await connection.execute(statements.groups_hold, of_groups)).all()
+        if len(rows) < len(groups):  # rows to make first (a group's first pass)
+            missing = sorted(set(groups) - {row[0] for row in rows})
+            if statements.groups_enlist is not None:
+                await connection.execute(statements.groups_enlist, {**of_groups, "groups": missing})
+            else:
+                for group in missing:
+                    await connection.execute(
+                        statements.group_enlist, {"queue": queue, "group": group}
+                    )
+            rows = (await connection.execute(statements.groups_hold, of_groups)).all()
+        if not rows:
+            return Settled()
+        concurrency = rows[0][1] or DEFAULT_GROUP_CONCURRENCY
+        groups = [row[0] for row in rows]
+        of_groups = {"queue": queue, "groups": groups}
+        await connection.execute(statements.groups_marks_take, of_groups)
+        fronts: dict[str, list[Any]] = {group: [] for group in groups}
+        for row in await connection.execute(statements.groups_front, of_groups):
+            fronts[row.messageGroup].append(row)
+        waiting = await self._waiting(connection, queue, groups, concurrency)
+
+        plans = {group: _plan(fronts[group], waiting[group], concurrency, now) for group in groups}
+        empty = [group for group in groups if not fronts[group] and not waiting[group]]
+        if empty:
+            await connection.execute(statements.groups_drop, {"queue": queue, "groups": empty})
+        moving = [row_id for plan in plans.values() for row_id in (*plan.leaving, *plan.entering)]
+        if not moving:
+            return Settled(groups=len(groups))
         ours = set(
-            (
-                await connection.execute(
-                    self.statements.group_rows_hold, {"ids": leaving + sorted(entering)}
-                )
-            ).scalars()
+            (await connection.execute(statements.group_rows_hold, {"ids": moving})).scalars()
         )
+        leaving = [row_id for plan in plans.values() for row_id in plan.leaving if row_id in ours]
         left = 0
-        if leaving_ours := [row_id for row_id in leaving if row_id in ours]:
-            left = (
-                await connection.execute(self.statements.group_leave, {"ids": leaving_ours})
-            ).rowcount
-        # The room the front has now. One of its messages another transaction holds stays
-        # (a poll is leasing it); a waiting one another transaction holds stops the rest:
-        # those after it must not overtake it.
-        room = concurrency - (len(front) - left)
+        if leaving:
+            left = (await connection.execute(statements.group_leave, {"ids": leaving})).rowcount
+        entering: list[int] = []
+        unfinished: list[str] = []
+        for group, plan in plans.items():
+            enter, finished = plan.entered(ours, len(fronts[group]))
+            entering += enter
+            if not finished:
+                unfinished.append(group)
+        entered = 0
+        if entering:
+            entered = (await connection.execute(statements.group_enter, {"ids": entering})).rowcount
+        for group in unfinished:  # a later pass tries again
+            await connection.execute(statements.group_mark, {"queue": queue, "group": group})
+        return Settled(len(groups), entered, left, len(unfinished))
+
+    async def _waiting(
+        self, connection: Connection, queue: str, groups: list[str], concurrency: int
+    ) -> dict[str, list[tuple[int, int, int]]]:
+        """Each group's first `concurrency` waiting messages of each priority, as
+        (scheduledAt, scheduledAtInitially, id)."""
+        found: dict[str, list[tuple[int, int, int]]] = {group: [] for group in groups}
+        parameters: dict[str, Any] = {"queue": queue, "limit": concurrency}
+        if self.statements.groups_waiting is not None:
+            rows = await connection.execute(
+                self.statements.groups_waiting, {**parameters, "groups": groups}
+            )
+            for row in rows:
+                found[row.messageGroup].append((row.scheduledAt, row.scheduledAtInitially, row.id))
+            return found
+        for group in groups:
+            rows = await connection.execute(
+                self.statements.group_waiting, {**parameters, "group": group}
+            )
+            found[group] = [(row.scheduledAt, row.scheduledAtInitially, row.id) for row in rows]
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one group's front should become: the messages to send out of it (front
+    messages nobody holds that are no longer among its earliest) and to bring into it,
+    in the order they should come (`wanted`: the front's free places, filled)."""
+
+    wanted: list[int]
+    leaving: list[int]
+    entering: list[int]
+    concurrency: int
+
+    def entered(self, ours: set[int], front_size: int) -> tuple[list[int], bool]:
+        """The messages to bring in, given those the pass holds (`ours`), and whether the
+        plan is done. A front message another transaction holds stays (a poll is leasing
+        it); a waiting message another transaction holds stops the rest: those after it
+        must not overtake it."""
+        left = sum(row_id in ours for row_id in self.leaving)
+        room = self.concurrency - (front_size - left)
+        finished = left == len(self.leaving)
+        entering = set(self.entering)
         moving: list[int] = []
-        finished = left == len(leaving)
-        for _, row_id in wanted:
+        for row_id in self.wanted:
             if row_id not in entering:
                 continue
             if row_id not in ours:
-                finished = False
-                break
+                return moving, False
             if room <= 0:
                 break
             moving.append(row_id)
             room -= 1
-        entered = 0
-        if moving:
-            entered = (
-                await connection.execute(self.statements.group_enter, {"ids": moving})
-            ).rowcount
-        if not finished:  # a pass after this one tries again
-            await connection.execute(self.statements.group_mark, the_group)
-        return Settled(1, entered, left, 0 if finished else 1)
+        return moving, finished
 
 
-def _place(row: Any, now: int) -> int:
+def _plan(
+    front: list[Any], waiting: list[tuple[int, int, int]], concurrency: int, now: int
+) -> _Plan:
+    """A group's front made its leased messages and the earliest due of the rest."""
+    leased = sum(row.lockUuid is not None for row in front)
+    free = [
+        (_place(row.scheduledAt, row.scheduledAtInitially, now), row.id)
+        for row in front
+        if row.lockUuid is None
+    ]
+    candidates = sorted(
+        (_place(scheduled_at, initially, now), row_id)
+        for scheduled_at, initially, row_id in waiting
+    )[:concurrency]
+    wanted = [row_id for _, row_id in sorted(free + candidates)[: max(0, concurrency - leased)]]
+    chosen = set(wanted)
+    return _Plan(
+        wanted=wanted,
+        leaving=[row_id for _, row_id in free if row_id not in chosen],
+        entering=[row_id for _, row_id in candidates if row_id in chosen],
+        concurrency=concurrency,
+    )
+
+
+def _place(scheduled_at: int, initially: int, now: int) -> int:
     """Where a message stands in its group: when it was asked to be due, once it is due
     (a message released to be due at once keeps its place), else when it will be (one
     released to a later time waits behind those due before it)."""
-    return row.scheduledAtInitially if row.scheduledAt <= now else row.scheduledAt
+    return initially if scheduled_at <= now else scheduled_at

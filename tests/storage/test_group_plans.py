@@ -127,6 +127,19 @@ def test_the_keeper_reads_a_group_s_next_messages_only(grouped_queue):
         scans = [node for node in _nodes(plan) if "Scan" in node["Node Type"]]
         assert {scan.get("Index Name") for scan in scans} == {GROUP_INDEX}
         assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in scans) == 2
+        # Many groups at once (a range per group and priority): of two groups, 4 read.
+        [(plans,)] = _analysed(
+            store,
+            "EXPLAIN (ANALYZE, FORMAT JSON)",
+            store.dialect.statements.groups.groups_waiting,
+            {"queue": QUEUE, "groups": ["g7", "g8"], "limit": 2},
+        )
+        plan = (json.loads(plans) if isinstance(plans, str) else plans)[0]["Plan"]
+        [scan] = [node for node in _nodes(plan) if node["Node Type"] == "Index Scan"]
+        assert scan["Index Name"] == GROUP_INDEX
+        assert scan["Actual Loops"] == 20  # two groups, ten priorities
+        assert "Filter" not in scan  # each range stops at its limit: nothing thrown away
+        assert plan["Actual Rows"] == 4  # (a scan's rows per loop are rounded)
     elif name == "mariadb":
         [(analysed,)] = _analysed(store, "ANALYZE FORMAT=JSON", statement, parameters)
         tables = _mariadb_tables(json.loads(analysed))

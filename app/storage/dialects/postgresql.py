@@ -45,7 +45,13 @@ from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.dml import Insert, ReturningDelete, Update
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Finish, Offer
+from app.domain.messages import (
+    POLL_MESSAGE_ENVELOPE_BYTES,
+    PRIORITIES,
+    Finish,
+    Offer,
+    waiting_priority,
+)
 from app.storage import claims
 from app.storage.connection import Connection
 from app.storage.dialects import postgresql_health
@@ -76,7 +82,7 @@ from app.storage.statements.common import (
     is_due,
 )
 from app.storage.statements.cron import build_entry_runs
-from app.storage.statements.groups import build_moves
+from app.storage.statements.groups import build_lists
 from app.storage.statements.leases import build_keyed_locks
 from app.storage.statements.lists import KeyOrder
 from app.storage.tables import cron_run_keys_index, delivery_history, message_groups
@@ -554,17 +560,53 @@ _entry_runs = build_entry_runs(
     also=[cron_run_keys_index.dialect_options["postgresql"]["where"]],
 )
 
+# The keeper's pass over many groups (docs/decisions/0027-message-groups.md): their rows
+# made in one statement, and each group's first waiting messages of each priority, one
+# short range of the group index per (group, priority), through a LATERAL subquery.
+_listed_groups = (
+    func.unnest(bindparam("groups", type_=ARRAY(String)))
+    .table_valued("message_group", name="listed")
+    .render_derived()
+)
+_groups_enlist = (
+    insert(message_groups)
+    .from_select(
+        ["queue", "messageGroup"],
+        select(bindparam("queue", type_=String), _listed_groups.c.message_group),
+    )
+    .on_conflict_do_nothing(index_elements=["queue", "messageGroup"])
+)
+_WAITING_PRIORITIES = values(
+    column("priority", SmallInteger), name="waiting_priorities", literal_binds=True
+).data([(waiting_priority(priority),) for priority in PRIORITIES])
+_first_waiting = (
+    select(columns.id, columns.scheduledAt, columns.scheduledAtInitially)
+    .where(
+        in_queue,
+        columns.messageGroup == _listed_groups.c.message_group,
+        columns.priority == _WAITING_PRIORITIES.c.priority,
+    )
+    .order_by(columns.scheduledAt, columns.id)
+    .limit(bindparam("limit"))
+    .lateral("first_waiting")
+)
+_groups_waiting = select(
+    _listed_groups.c.message_group.label("messageGroup"), *_first_waiting.c
+).select_from(_listed_groups.join(_WAITING_PRIORITIES, true()).join(_first_waiting, true()))
+
 # The ids as one array: the direct path has no expanding IN.
 _ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
 
 STATEMENTS: Variants = {
     "groups": {
-        # The keeper's row of a group, unless it exists.
+        # The keeper's row of a group, unless it exists; of many groups, one statement.
         "group_enlist": insert(message_groups)
         .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
         .on_conflict_do_nothing(index_elements=["queue", "messageGroup"]),
-        # The ids as one array (the direct path has no expanding IN).
-        **build_moves(_ids),
+        "groups_enlist": _groups_enlist,
+        "groups_waiting": _groups_waiting,
+        # The lists as arrays (the direct path has no expanding IN).
+        **build_lists(_any_of),
     },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error. A batch's
