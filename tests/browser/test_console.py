@@ -299,6 +299,7 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
         "dead_letter_queue": f"{queue}-graveyard",
         "retry": retry,
         "push": None,
+        "group_concurrency": 1,
         "updated_at": "…",
     }
     console.wait_for_text("#dead-letter-queue", f"{queue}-graveyard")
@@ -372,6 +373,35 @@ def test_a_queues_push_target_is_shown_and_kept(console, unique):
             == ""
         ),
         "no push line",
+    )
+
+
+@PAGE_ONLY
+def test_a_queues_group_concurrency_is_shown_and_changed(console, unique):
+    service = console.service
+    queue = f"group-settings-{unique}"
+    service.configure(queue, group_concurrency=3, max_deliveries=9)
+
+    console.open(f"/console/queues/{queue}")
+    assert console.find('input[name="group_concurrency"]').get_attribute("value") == "3"
+    console.type_into('input[name="group_concurrency"]', "5")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait_for_text("#settings-status", "Saved at")
+    settings = service.api.get(f"/v1/queues/{queue}/settings").json()
+    assert (settings["group_concurrency"], settings["max_deliveries"]) == (5, 9)
+
+    # Emptied: the default, one at a time; the form shows what applies.
+    console.type_into('input[name="group_concurrency"]', "")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: service.api.get(f"/v1/queues/{queue}/settings").json()["group_concurrency"] == 1,
+        "the default group concurrency",
+    )
+    console.wait(
+        lambda: console.find('input[name="group_concurrency"]').get_attribute("value") == "1",
+        "the form shows 1",
     )
 
 
@@ -499,6 +529,56 @@ def test_the_message_table_and_page_show_each_message_s_priority(console, unique
     assert {key: row["priority"] for key, row in rows.items()} == {"urgent": "9", "routine": "0"}
     console.open(message_path(queue, "urgent"))
     assert console.text('[data-fact="priority"]') == "9"
+
+
+def test_messages_show_their_group_and_are_filtered_by_it(console, unique):
+    service = console.service
+    queue = f"groups-{unique}"
+    for key, group in (
+        ("order/1", "customer/7"),
+        ("order/2", "customer/7"),
+        ("order/3", "customer/9"),
+        ("plain", None),
+    ):
+        service.offer(queue, key, key, group=group)
+
+    console.open(f"/console/queues/{queue}")
+    console.loaded("#messages")
+    rows = console.table("#messages table", "data-key")
+    assert {key: row["group"] for key, row in rows.items()} == {
+        "order/1": "customer/7",
+        "order/2": "customer/7",
+        "order/3": "customer/9",
+        "plain": "—",
+    }
+
+    console.type_into('#messages input[name="group"]', "customer/7\n")
+    console.wait(lambda: _listed_keys(console) == ["order/1", "order/2"], "the group filter")
+    assert console.path() == f"/console/queues/{queue}?group=customer%2F7"
+    # With a key prefix too, and on a state's tab: both apply.
+    console.type_into('#messages input[name="prefix"]', "order/2")
+    console.click('#messages [data-state="ready"]')
+    console.wait(lambda: _listed_keys(console) == ["order/2"], "the group and the prefix")
+    console.type_into('#messages input[name="prefix"]', "")
+    console.type_into('#messages input[name="group"]', "nobody\n")
+    console.wait_for_text("#messages .empty", "No ready messages in group “nobody”.")
+
+    # A group in the list filters by it.
+    console.type_into('#messages input[name="group"]', "\n")
+    console.click('#messages [data-state="all"]')
+    console.wait(lambda: len(_listed_keys(console)) == 4, "every message again")
+    console.click('#messages tr[data-key="order/3"] button.group')
+    console.wait(lambda: _listed_keys(console) == ["order/3"], "the group clicked")
+    assert console.find('#messages input[name="group"]').get_attribute("value") == "customer/9"
+
+    # The message shows its group, a link to the group's list.
+    console.open(message_path(queue, "order/1"))
+    assert console.text('[data-fact="group"]') == "customer/7"
+    console.click('[data-fact="group"] a')
+    console.wait(lambda: _listed_keys(console) == ["order/1", "order/2"], "the group's list")
+    assert console.path() == f"/console/queues/{queue}?group=customer%2F7"
+    console.open(message_path(queue, "plain"))
+    assert console.text('[data-fact="group"]') == "—"
 
 
 def test_a_message_page_shows_its_history(console, unique):

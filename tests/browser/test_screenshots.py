@@ -1,5 +1,5 @@
 """Screenshots of the console as a person sees it, at 1280×800: the queues, a queue, a
-message and a paused queue, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
+message, a paused queue and a queue's messages of one group, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
 those in docs/console/), else to a temporary folder."""
 
 from __future__ import annotations
@@ -100,3 +100,46 @@ def test_screenshots_of_the_queues_a_queue_and_a_message(console: Console, scree
     for name in ("overview.png", "queue.png", "message.png", "paused.png"):
         width, height = _png_size(screenshots / name)
         assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (name, width, height)
+
+
+def _seed_groups(service: Service) -> None:
+    """Reminders one at a time per customer (docs/flow-control.md): each customer's
+    earliest is leased, the next is due but waits its turn, the last is due later."""
+    service.configure("reminders", default_lease=120, group_concurrency=1)
+    for customer, templates in (
+        (4711, ["trial-ends", "invoice-due", "renewal"]),
+        (5120, ["welcome-back", "weekly-digest"]),
+        (3321, ["password-expiry", "invoice-due", "survey"]),
+    ):
+        for turn, template in enumerate(templates):
+            payload = {"customer": customer, "template": template, "locale": "en-GB"}
+            key = f"customer/{customer}/{template}"
+            group = f"customer/{customer}"
+            delay = 0 if turn < 2 else 3600
+            service.offer("reminders", key, payload, delay=delay, group=group)
+    service.offer("reminders", "broadcast/maintenance", {"template": "maintenance"})
+    leased = service.poll("reminders", max=10, lease=600)
+    # One per customer, and the ungrouped one beside them.
+    assert len(leased["messages"]) == 4, leased
+
+
+@pytest.mark.parametrize("service", ["sqlite"], indirect=True)
+def test_screenshot_of_a_queue_filtered_by_group(console: Console, screenshots: Path):
+    truncate_all(console.service.database_url)
+    _seed_groups(console.service)
+
+    console.open("/console/queues/reminders?group=customer%2F4711")
+    console.wait(
+        lambda: len(console.find_all('#messages td[data-column="key"]')) == 3,
+        "the group's three messages",
+    )
+    assert set(console.table("#messages table", "data-key")) == {
+        "customer/4711/trial-ends",
+        "customer/4711/invoice-due",
+        "customer/4711/renewal",
+    }
+    for part in ("#cron", "#history"):
+        console.settled(part)
+    console.screenshot(screenshots / "groups.png", VIEWPORT)
+    width, height = _png_size(screenshots / "groups.png")
+    assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (width, height)

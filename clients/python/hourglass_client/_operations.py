@@ -108,16 +108,19 @@ def offer(
     delay: Seconds | None = None,
     if_exists: IfExists = "update",
     priority: int | None = None,
+    group: str | None = None,
 ) -> Call[OfferResult]:
     """Offer a message under `key`, due at `scheduled_at` or after `delay` (neither: now),
-    at `priority` (0-9, higher first among due messages; None: the service's default, 0).
+    at `priority` (0-9, higher first among due messages; None: the service's default, 0),
+    in `group` (1-200 characters, a key's rules; None: no group): the queue leases at most
+    its `group_concurrency` of one group at once, in due order.
 
     An existing key is updated (`if_exists="update"`) or left as it is (`"ignore"`).
     Retried when it may be repeated: only with `scheduled_at` (a `delay` counts from
     each request, so a repeat would move the message).
     """
     body = {"payload": payload, **schedule(scheduled_at, delay), "if_exists": if_exists}
-    body.update(_present(priority=priority))
+    body.update(_present(priority=priority, group=group))
     return Call(
         "PUT",
         _queue_path(queue, "messages", _segment(key)),
@@ -135,14 +138,19 @@ def update(
     scheduled_at: datetime | None = None,
     delay: Seconds | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> Call[OfferResult]:
-    """Update an existing message (its payload, time and priority); `NotFound` when the key
-    does not exist."""
+    """Update an existing message (its payload, time, priority and group); `NotFound` when
+    the key does not exist."""
     return Call(
         "POST",
         _queue_path(queue, "messages", _segment(key)),
         _json(OfferResult.from_json),
-        json={"payload": payload, **schedule(scheduled_at, delay), **_present(priority=priority)},
+        json={
+            "payload": payload,
+            **schedule(scheduled_at, delay),
+            **_present(priority=priority, group=group),
+        },
         repeatable=scheduled_at is not None,
     )
 
@@ -154,6 +162,7 @@ def create(
     scheduled_at: datetime | None = None,
     delay: Seconds | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> Call[OfferResult]:
     """Create a message under a key the service makes up (never retried: a repeat would
     create a second message)."""
@@ -161,7 +170,11 @@ def create(
         "POST",
         _queue_path(queue, "messages"),
         _json(OfferResult.from_json),
-        json={"payload": payload, **schedule(scheduled_at, delay), **_present(priority=priority)},
+        json={
+            "payload": payload,
+            **schedule(scheduled_at, delay),
+            **_present(priority=priority, group=group),
+        },
     )
 
 
@@ -200,15 +213,17 @@ def list_messages(
     *,
     state: ListState | None = None,
     prefix: str | None = None,
+    group: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
 ) -> Call[Page[Message]]:
-    """A page of the queue's messages: by due time, or by key with a key `prefix`.
+    """A page of the queue's messages: by due time, or by key with a key `prefix`; only
+    those of `group` if given.
 
     `state` is `ready`, `scheduled`, `leased` or `all` (default); `limit` 1–500 (50).
     Pass the page's `next` as `cursor` for the following one.
     """
-    params = _present(state=state, prefix=prefix, limit=limit, cursor=cursor)
+    params = _present(state=state, prefix=prefix, group=group, limit=limit, cursor=cursor)
     return Call(
         "GET",
         _queue_path(queue, "messages"),
@@ -401,15 +416,17 @@ def put_settings(
     dead_letter_queue: str | None = None,
     retry: RetryPolicy | None = None,
     push: PushTarget | None = None,
+    group_concurrency: int | None = None,
 ) -> Call[QueueSettings]:
     """Replace the queue's settings whole: what is left out (None) goes back to its default
-    (no retry policy, no push)."""
+    (no retry policy, no push, one message of a group leased at once)."""
     body = _present(
         default_lease=None if default_lease is None else seconds(default_lease),
         max_deliveries=max_deliveries,
         dead_letter_queue=dead_letter_queue,
         retry=None if retry is None else retry.to_json(),
         push=None if push is None else push.to_json(),
+        group_concurrency=group_concurrency,
     )
     return Call(
         "PUT",
@@ -445,10 +462,11 @@ def install_cron(
     timezone: str | None = None,
     lookahead: Seconds | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> Call[CronInstallResult]:
     """Install (or change) a recurring schedule: exactly one of `cron` (a 5-field expression),
     `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC);
-    every run at `priority` (0-9; None: 0)."""
+    every run at `priority` (0-9; None: 0), in `group` (None: none)."""
     body = _present(
         payload=payload,
         cron=cron,
@@ -457,6 +475,7 @@ def install_cron(
         timezone=timezone,
         lookahead=None if lookahead is None else seconds(lookahead),
         priority=priority,
+        group=group,
     )
     body["payload"] = payload  # a payload of null is a payload
     return Call(

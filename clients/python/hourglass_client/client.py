@@ -244,13 +244,15 @@ class Client:
         *,
         state: ListState | None = None,
         prefix: str | None = None,
+        group: str | None = None,
         page_size: int = 100,
     ) -> Iterator[Message]:
-        """Every message of the queue (of `state`, under `prefix`), a page at a time."""
+        """Every message of the queue (of `state`, under `prefix`, of `group`), a page at a
+        time."""
         cursor: str | None = None
         while True:
             page = self.list_messages(
-                queue, state=state, prefix=prefix, limit=page_size, cursor=cursor
+                queue, state=state, prefix=prefix, group=group, limit=page_size, cursor=cursor
             )
             yield from page.items
             if (cursor := page.next) is None:
@@ -385,13 +387,15 @@ class AsyncClient:
         *,
         state: ListState | None = None,
         prefix: str | None = None,
+        group: str | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[Message]:
-        """Every message of the queue (of `state`, under `prefix`), a page at a time."""
+        """Every message of the queue (of `state`, under `prefix`, of `group`), a page at a
+        time."""
         cursor: str | None = None
         while True:
             page = await self.list_messages(
-                queue, state=state, prefix=prefix, limit=page_size, cursor=cursor
+                queue, state=state, prefix=prefix, group=group, limit=page_size, cursor=cursor
             )
             for message in page.items:
                 yield message

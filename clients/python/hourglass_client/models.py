@@ -66,8 +66,8 @@ class OfferResult:
 @dataclass(frozen=True)
 class Offer:
     """One offer of `Client.offer_many`: a key, its payload, and when it is due (`scheduled_at`
-    or `delay`; neither means now), at `priority` (0-9; None: 0). `if_exists` overrides
-    the call's."""
+    or `delay`; neither means now), at `priority` (0-9; None: 0), in `group` (None: none).
+    `if_exists` overrides the call's."""
 
     key: str
     payload: Any
@@ -75,6 +75,7 @@ class Offer:
     delay: Seconds | None = None
     if_exists: IfExists | None = None
     priority: int | None = None
+    group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         item: dict[str, Any] = {"key": self.key, "payload": self.payload}
@@ -83,6 +84,8 @@ class Offer:
             item["if_exists"] = self.if_exists
         if self.priority is not None:
             item["priority"] = self.priority
+        if self.group is not None:
+            item["group"] = self.group
         return item
 
 
@@ -149,6 +152,8 @@ class Message:
     dead_lettered_from: str | None
     # 0-9: among due messages, higher ones are delivered first.
     priority: int
+    # None: no group. A queue leases at most its `group_concurrency` of one group at once.
+    group: str | None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -167,6 +172,7 @@ def _message_fields(data: dict[str, Any]) -> dict[str, Any]:
         "deliveries": data.get("deliveries", 0),
         "dead_lettered_from": data.get("dead_lettered_from"),
         "priority": data.get("priority", 0),
+        "group": data.get("group"),
     }
 
 
@@ -246,6 +252,7 @@ class Lease:
                     "deliveries": item.get("deliveries", 0),
                     "dead_lettered_from": item.get("dead_lettered_from"),
                     "priority": item.get("priority", 0),
+                    "group": item.get("group"),
                     "delivery": item["delivery"],
                     "lease_expires_at": time(item["lease_expires_at"]),
                     "lock_id": lock_id,
@@ -377,6 +384,8 @@ class QueueSettings:
     retry: RetryPolicy | None
     updated_at: datetime | None
     push: PushTarget | None = None
+    # At most this many messages of one group leased at once (1-1000).
+    group_concurrency: int = 1
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueSettings:
@@ -388,6 +397,7 @@ class QueueSettings:
             RetryPolicy.from_json(data.get("retry")),
             _optional_time(data.get("updated_at")),
             PushTarget.from_json(data.get("push")),
+            data.get("group_concurrency", 1),
         )
 
 
@@ -422,6 +432,7 @@ class CronEntry:
     updated_at: datetime
     next_runs: list[datetime]
     priority: int  # every run's
+    group: str | None  # every run's; None: none
     # Since when the entry has been paused (it installs no runs); None while it runs.
     paused_at: datetime | None = field(default=None, kw_only=True)
 
@@ -449,6 +460,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "updated_at": parse_time(data["updated_at"]),
         "next_runs": [parse_time(run) for run in data["next_runs"]],
         "priority": data.get("priority", 0),
+        "group": data.get("group"),
         "paused_at": _optional_time(data.get("paused_at")),
     }
 

@@ -132,6 +132,59 @@ def test_priorities_on_every_offer_and_every_message(api, queue):
         api.offer(queue, "k", 1, priority=10)
 
 
+def test_groups_on_every_offer_every_message_and_the_settings(api, queue):
+    assert api.get_settings(queue).group_concurrency == 1
+    due = datetime.now(UTC) - timedelta(minutes=10)
+    api.offer(queue, "ann-1", 1, scheduled_at=due, group="ann")
+    api.offer(queue, "ann-2", 2, scheduled_at=due + timedelta(minutes=1), group="ann")
+    bob = api.create(queue, 3, scheduled_at=due, group="bob").key
+    api.offer_many(queue, [Offer("bob-2", 4, delay=0, group="bob"), Offer("solo", 5)])
+    assert api.update(queue, "solo", 5, scheduled_at=due, group="cy").outcome == "updated"
+    assert api.get(queue, "ann-1").group == "ann" and api.get(queue, bob).group == "bob"
+    assert [message.key for message in api.iter_messages(queue, group="ann")] == [
+        "ann-1",
+        "ann-2",
+    ]
+    page = api.list_messages(queue, group="bob", limit=1)
+    assert [message.key for message in page.items] == [bob] and page.next is not None
+    assert [message.key for message in api.iter_messages(queue, group="nobody")] == []
+
+    # One of each group at once, the earliest due first.
+    lease = api.poll(queue, max=10)
+    assert sorted((message.group, message.key) for message in lease.messages) == [
+        ("ann", "ann-1"),
+        ("bob", bob),
+        ("cy", "solo"),
+    ]
+    assert api.poll(queue, max=10).lock_id is None
+    assert api.ack(queue, lease.lock_id)
+    following: list[str] = []
+    deadline = time.monotonic() + 10
+    while len(following) < 2 and time.monotonic() < deadline:
+        following += api.poll(queue, max=10, wait=2).keys
+    assert sorted(following) == ["ann-2", "bob-2"]
+
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, group="g").outcome == "created"
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, group="g").outcome == "ignored"
+    assert api.offer(queue, "later", 1, scheduled_at=FRIDAY, group="h").outcome == "updated"
+    assert api.get(queue, "later").group == "h"
+    entry = api.install_cron(queue, "tick", 1, every=600, group="g")
+    assert entry.group == "g" and api.get_cron(queue, "tick").group == "g"
+    assert api.install_cron(queue, "tick", 1, every=600, group="g").outcome == "unchanged"
+    assert len(list(api.iter_messages(queue, group="g"))) >= 1  # its runs, in its group
+    assert api.install_cron(queue, "tick", 1, every=600).outcome == "changed"
+    assert api.get_cron(queue, "tick").group is None
+    assert list(api.iter_messages(queue, group="g")) == []
+    assert api.put_settings(queue, group_concurrency=5).group_concurrency == 5
+    assert api.get_settings(queue).group_concurrency == 5
+    assert api.put_settings(queue).group_concurrency == 1
+    for refused in ({"group": ""}, {"group": "x" * 201}):
+        with pytest.raises(Invalid):
+            api.offer(queue, "k", 1, **refused)
+    with pytest.raises(Invalid):
+        api.put_settings(queue, group_concurrency=1001)
+
+
 def test_poll_extend_ack_and_release(api, queue):
     for key in "abc":
         api.offer(queue, key, key)

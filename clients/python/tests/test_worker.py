@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from hourglass_client import (
     Client,
     Invalid,
     NotFound,
+    Offer,
     Retry,
     RetryPolicy,
     Worker,
@@ -206,6 +208,47 @@ def test_two_polls_of_half_the_slots_fill_them_by_default(hourglass, queue, capl
     assert [(got, asked) for got, _lock, asked in polled[:2]] == [(2, 2), (2, 2)]
     assert max(asked for _got, _lock, asked in polled) <= 2
     assert sum(got for got, _lock, _asked in polled) == 8
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_worker_takes_one_message_of_a_group_at_a_time_in_due_order(
+    hourglass, queue, concurrency
+):
+    """Groups (docs/flow-control.md): with one slot, each acknowledgement rides on the
+    next poll, which finds the group's next message once the service has moved it up
+    (a long poll is woken for it, not left to its `wait`); with four, the customers'
+    reminders run side by side but never two of one customer at once."""
+    first = datetime.now(UTC) - timedelta(hours=1)
+    customers = ["ann", "bob", "cy"]
+    # Offered latest first: each customer's are due in the order of their numbers.
+    offers = [
+        Offer(f"{customer}-{number}", number, first + timedelta(minutes=number), group=customer)
+        for number in reversed(range(4))
+        for customer in customers
+    ]
+    hourglass.offer_many(queue, offers)
+    lock = threading.Lock()
+    running: dict[str, str] = {}
+    order: dict[str, list[str]] = {customer: [] for customer in customers}
+    overlaps: list[tuple[str, str]] = []
+    done = Countdown(len(offers))
+
+    def handler(message):
+        with lock:
+            if message.group in running:
+                overlaps.append((running[message.group], message.key))
+            running[message.group] = message.key
+            order[message.group].append(message.key)
+        time.sleep(0.02)
+        with lock:
+            del running[message.group]
+        done.tick()
+
+    with working(Worker(hourglass, queue, handler, concurrency=concurrency)):
+        assert done.reached.wait(WAIT)  # a poll left to its 20 s wait per message would not
+    assert overlaps == []
+    assert order == {customer: [f"{customer}-{n}" for n in range(4)] for customer in customers}
+    assert hourglass.stats(queue).messages == 0
 
 
 @pytest.mark.parametrize("batch", [0, 5])

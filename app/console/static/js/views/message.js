@@ -1,5 +1,5 @@
 // A message: its payload as formatted JSON, every time field, its deliveries and state,
-// its history rows, and deleting it.
+// its group, its history rows, and deleting it.
 
 import { ApiError, get, paths } from "../api.js";
 import { fill, fullTime, h, link, number, queueHref, stateBadge } from "../dom.js";
@@ -61,6 +61,7 @@ export async function messagePage(context) {
       fact("Queue", link(queueHref(message.queue), message.queue), "queue"),
       fact("State", stateBadge(message.state), "state"),
       fact("Priority", number(message.priority), "priority"),
+      fact("Group", groupFact(queue, message.group), "group"),
       fact("Deliveries", number(message.deliveries), "deliveries"),
       fact(message.state === "leased" ? "Lease ends" : "Due", fullTime(message.scheduled_at), "scheduled-at"),
       fact("Asked for", fullTime(message.scheduled_at_initially), "scheduled-at-initially"),
@@ -85,4 +86,11 @@ export async function messagePage(context) {
       status,
     ),
   );
+}
+
+/** A message's group, linked to the queue's list of that group's messages; a dash for none. */
+function groupFact(queue, group) {
+  if (group === null) return h("span", { className: "muted" }, "—");
+  const only = new URLSearchParams({ group });
+  return link(`${queueHref(queue)}?${only}`, h("span", { className: "key" }, group));
 }

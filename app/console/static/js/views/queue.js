@@ -1,7 +1,7 @@
-// A queue: its counts (refreshed), its messages by state with key-prefix search and
-// paging, its cron entries with their next runs, its recent history, its settings
-// (editable), and its actions: pause and resume it or a cron entry, delete a message,
-// redrive dead letters, purge.
+// A queue: its counts (refreshed), its messages by state with key-prefix search, a group
+// filter and paging, its cron entries with their next runs, its recent history, its
+// settings (editable), and its actions: pause and resume it or a cron entry, delete a
+// message, redrive dead letters, purge.
 
 import { ApiError, call, get, paths } from "../api.js";
 import {
@@ -168,14 +168,15 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
   const { queue } = context.params;
   let state = STATES.includes(context.query.get("state")) ? context.query.get("state") : "all";
   let prefix = context.query.get("prefix") || "";
+  let group = context.query.get("group") || "";
   let cursors = [null]; // the cursor of each page walked so far; the last is the one shown
 
   const tabs = h(
     "div",
     { className: "tabs", role: "tablist", "aria-label": "Messages by state" },
     STATES.map((name) =>
-      // The prefix in the box applies, as it reads, whether or not it was searched for.
-      h("button", { type: "button", role: "tab", "data-state": name, onClick: () => show(name, search.value) }, name),
+      // The prefix and group in the boxes apply, as they read, whether or not they were searched for.
+      h("button", { type: "button", role: "tab", "data-state": name, onClick: () => show(name, search.value, groupSearch.value) }, name),
     ),
   );
   const search = h("input", {
@@ -186,6 +187,15 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
     spellcheck: false,
     "aria-label": "Key prefix",
   });
+  // One group's messages only (docs/flow-control.md); empty: every message.
+  const groupSearch = h("input", {
+    type: "search",
+    name: "group",
+    placeholder: "Group, e.g. customer/42",
+    value: group,
+    spellcheck: false,
+    "aria-label": "Group",
+  });
   const form = h(
     "form",
     {
@@ -193,10 +203,11 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
       role: "search",
       onSubmit: (event) => {
         event.preventDefault();
-        show(state, search.value);
+        show(state, search.value, groupSearch.value);
       },
     },
     search,
+    groupSearch,
     h("button", { type: "submit" }, "Search"),
   );
   const part = section("Messages", "messages", tabs, form);
@@ -204,15 +215,17 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
   const list = h("div");
   fill(part.body, status, list);
 
-  /** The first page of `newState` messages with keys starting with `newPrefix`. */
-  function show(newState, newPrefix) {
+  /** The first page of `newState` messages with keys starting with `newPrefix`, of group `newGroup` if any. */
+  function show(newState, newPrefix, newGroup) {
     state = newState;
     prefix = newPrefix;
+    group = newGroup.trim();
     cursors = [null];
-    // The state and the prefix are in the address, so a search can be shared.
+    // The state, the prefix and the group are in the address, so a search can be shared.
     const query = new URLSearchParams();
     if (state !== "all") query.set("state", state);
     if (prefix) query.set("prefix", prefix);
+    if (group) query.set("group", group);
     const rest = query.toString();
     window.history.replaceState(window.history.state, "", `${queueHref(queue)}${rest ? `?${rest}` : ""}`);
     return load();
@@ -224,7 +237,7 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
     }
     return loadInto(context, list, async () => {
       const page = await get(paths.messages(queue), {
-        query: { state: state === "all" ? null : state, prefix, limit: PAGE_SIZE, cursor: cursors.at(-1) },
+        query: { state: state === "all" ? null : state, prefix, group, limit: PAGE_SIZE, cursor: cursors.at(-1) },
         signal: context.signal,
       });
       sawDeadLetters(page.messages.some((message) => message.dead_lettered_from));
@@ -261,6 +274,7 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
       properties: { "data-key": message.key },
       cells: [
         link(messageHref(queue, message.key), h("span", { className: "key" }, message.key)),
+        groupCell(message.group),
         stateBadge(message.state),
         message.state === "leased" ? ["lease ends ", when(message.scheduled_at)] : when(message.scheduled_at),
         number(message.priority),
@@ -270,12 +284,12 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
       ],
     }));
     const which = state === "all" ? "messages" : `${state} messages`;
-    const empty = prefix
-      ? `No ${which} with keys starting with “${prefix}”.`
-      : `No ${which} in this queue.`;
+    const where = [group ? `in group “${group}”` : null, prefix ? `with keys starting with “${prefix}”` : null].filter(Boolean);
+    const empty = where.length ? `No ${which} ${where.join(" ")}.` : `No ${which} in this queue.`;
     return table(
       [
         { label: "Key", name: "key", className: "name" },
+        { label: "Group", name: "group" },
         { label: "State", name: "state" },
         { label: "Due", name: "due" },
         { label: "Priority", name: "priority", className: "number" },
@@ -287,6 +301,17 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
       empty,
       "messages",
     );
+  }
+
+  /** A message's group, which filters the list by it when clicked; a dash for none. */
+  function groupCell(name) {
+    if (name === null) return h("span", { className: "muted" }, "—");
+    const only = () => {
+      groupSearch.value = name;
+      fill(status);
+      show(state, search.value, name);
+    };
+    return h("button", { type: "button", className: "group", title: `Only group ${name}`, onClick: only }, name);
   }
 
   load();
@@ -369,6 +394,8 @@ function settingsSection(context, initial, saved) {
   const lease = h("input", { type: "number", name: "default_lease", min: 1, max: 43200, step: "any", required: true });
   const deliveries = h("input", { type: "number", name: "max_deliveries", min: 1, max: 1000, step: 1, placeholder: "no limit" });
   const deadLetterQueue = h("input", { type: "text", name: "dead_letter_queue", placeholder: `${queue}.dead`, spellcheck: false });
+  // Groups (docs/flow-control.md): empty takes the API's default, 1.
+  const groupConcurrency = h("input", { type: "number", name: "group_concurrency", min: 1, max: 1000, step: 1, placeholder: "1" });
   // The retry delays: both delays empty means no policy (a release without a delay is due at once).
   const initialDelay = h("input", { type: "number", name: "retry_initial_delay", min: 0.001, step: "any", placeholder: "none" });
   const maxDelay = h("input", { type: "number", name: "retry_max_delay", min: 0.001, step: "any", placeholder: "none" });
@@ -386,6 +413,7 @@ function settingsSection(context, initial, saved) {
     lease.value = String(settings.default_lease);
     deliveries.value = settings.max_deliveries === null ? "" : String(settings.max_deliveries);
     deadLetterQueue.value = settings.dead_letter_queue === `${queue}.dead` ? "" : settings.dead_letter_queue;
+    groupConcurrency.value = String(settings.group_concurrency);
     const retry = settings.retry;
     initialDelay.value = retry ? String(retry.initial_delay) : "";
     maxDelay.value = retry ? String(retry.max_delay) : "";
@@ -427,6 +455,7 @@ function settingsSection(context, initial, saved) {
       default_lease: Number(lease.value),
       max_deliveries: deliveries.value === "" ? null : Number(deliveries.value),
       dead_letter_queue: deadLetterQueue.value.trim() || null,
+      group_concurrency: groupConcurrency.value === "" ? null : Number(groupConcurrency.value),
       retry: retryBody(),
       push: pushBody(),
     };
@@ -444,6 +473,7 @@ function settingsSection(context, initial, saved) {
     field("Default lease (seconds)", lease, "how long a poll that names no lease holds its messages"),
     field("Max deliveries", deliveries, "after this many, a message due again moves to the dead-letter queue"),
     field("Dead-letter queue", deadLetterQueue, `empty: ${queue}.dead`),
+    field("Group concurrency", groupConcurrency, "messages of one group leased at once, in due order; empty: 1"),
     field("Retry: first delay (seconds)", initialDelay, "a message released without a delay waits this after its first delivery; empty: due at once"),
     field("Retry: longest delay (seconds)", maxDelay, "the delay grows up to this; empty: the first delay"),
     field("Retry: multiplier", multiplier, "growth per delivery; empty: 2"),
