@@ -297,7 +297,7 @@ def _add_pipeline(commands) -> None:
     job.add_argument("input", help="a file or a directory of files")
     job.add_argument("--format", choices=FORMATS, help="default: from the file name")
     job.add_argument("--queue", help="the queue of every row (for a file without a queue column)")
-    for field in ("queue", "key", "payload", "scheduled_at", "priority"):
+    for field in ("queue", "key", "payload", "scheduled_at", "priority", "group"):
         job.add_argument(
             f"--{field.replace('_', '-')}-column",
             default=field,

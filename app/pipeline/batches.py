@@ -1,7 +1,7 @@
 """The row checks of app/pipeline/rows.py over a whole Arrow batch at once.
 
-The import's executors check each batch here: names, keys, times and priorities
-by pyarrow.compute (the API's own patterns, from app/domain/formats.py, run by
+The import's executors check each batch here: names, keys, times, priorities and
+groups by pyarrow.compute (the API's own patterns, from app/domain/formats.py, run by
 Arrow's RE2, and RFC 3339 times turned into epoch ms with integer arithmetic);
 payloads in Python, one JSON decode and compact encode per row
 (app/domain/payloads.py's encode_payload, as the API stores them), the only
@@ -31,7 +31,7 @@ from app.domain.formats import (
 )
 from app.domain.messages import DEFAULT_PRIORITY
 from app.domain.payloads import MAX_PAYLOAD_DEPTH, encode_payload
-from app.pipeline.rows import _DECODER, _PRIORITY, Reason
+from app.pipeline.rows import _DECODER, _PRIORITY, FIELDS, Reason
 
 # The parts of a time RFC3339_PATTERN took already: its fields at fixed places.
 _TIME_PARTS = (
@@ -60,21 +60,21 @@ _AS_STORED = (
 @dataclass(frozen=True)
 class Verdicts:
     """A batch's rows checked: per row a reason (None: valid) and, for a valid row, its
-    stored payload, due time (epoch ms) and priority."""
+    stored payload, due time (epoch ms), priority and group (null: none)."""
 
     reasons: pa.Array  # string
     payloads: list[bytes | None]
     due: pa.Array  # int64
     priorities: pa.Array  # int64
+    groups: pa.Array  # string
 
 
 def check_batch(batch: pa.RecordBatch, *, now_ms: int, max_payload_bytes: int) -> Verdicts:
     """The verdicts of a normalized batch (transforms.NORMALIZED's columns): a row with
     an `input_error` keeps it as its reason; the others are checked as check_row does,
     in its order, so a row with several faults gets the reason of the first."""
-    queue, key, payload, scheduled_at, priority, input_error = (
-        batch.column(name)
-        for name in ("queue", "key", "payload", "scheduled_at", "priority", "input_error")
+    queue, key, payload, scheduled_at, priority, group, input_error = (
+        batch.column(name) for name in (*FIELDS, "input_error")
     )
     reasons = input_error.cast(pa.string())
 
@@ -145,7 +145,15 @@ def check_batch(batch: pa.RecordBatch, *, now_ms: int, max_payload_bytes: int) -
     priorities = pc.if_else(
         priority_given, pc.cast(digit, pa.int64()), pa.scalar(DEFAULT_PRIORITY, pa.int64())
     )
-    return Verdicts(reasons, payloads, due, priorities)
+
+    # An empty group is none, as an empty CSV field is null; any other is a key's text.
+    group_given = pc.invert(_blank(group))
+    reject(
+        pc.and_(group_given, pc.invert(pc.match_substring_regex(group, KEY_PATTERN))),
+        Reason.INVALID_GROUP,
+    )
+    groups = pc.if_else(group_given, group, pa.scalar(None, pa.string()))
+    return Verdicts(reasons, payloads, due, priorities, groups)
 
 
 def _blank(values: pa.Array) -> pa.Array:
@@ -218,18 +226,18 @@ def _digits(texts: pa.Array, start: int, stop: int | None) -> np.ndarray:
     return pc.fill_null(pc.cast(part, pa.int64()), 0).to_numpy(zero_copy_only=False)
 
 
-# A valid row: queue, key, stored payload, due, priority, then the row's own fields
-# (queue, key, payload, scheduled_at, priority: a duplicate goes to the rejects as read).
-Valid = tuple[str, str, bytes, int, int, tuple]
-# What an offer needs of a winner: queue, key, stored payload, due, priority.
-Winner = tuple[str, str, bytes, int, int]
+# A valid row: queue, key, stored payload, due, priority, group, then the row's own
+# fields (FIELDS: a duplicate goes to the rejects as read).
+Valid = tuple[str, str, bytes, int, int, str | None, tuple]
+# What an offer needs of a winner: queue, key, stored payload, due, priority, group.
+Winner = tuple[str, str, bytes, int, int, str | None]
 
 
 class KeyGroups:
     """transforms.judge's rule for duplicate keys, batch by batch: of the valid rows of one
     (queue, key), which come together (transforms.co_locate), the one due last wins, then
-    the one with the greatest stored payload, then the highest priority; the others are
-    duplicates. A group may go on in the next batch, so the last one is held back until
+    the one with the greatest stored payload, then the highest priority, then the greatest
+    group (none before any); the others are duplicates. A group may go on in the next batch, so the last one is held back until
     the next batch or `finish`."""
 
     def __init__(self) -> None:
@@ -249,6 +257,7 @@ class KeyGroups:
             [verdicts.payloads[index] for index in indices],
             pc.take(verdicts.due, valid).to_pylist(),
             pc.take(verdicts.priorities, valid).to_pylist(),
+            pc.take(verdicts.groups, valid).to_pylist(),
         )
         last = len(indices) - 1
         held = self._held
@@ -261,7 +270,7 @@ class KeyGroups:
         if not repeats and (held is None or held[:2] != (columns[0][0], columns[1][0])):
             # Every key once, and none going on from the last batch: all but the
             # last row win now; it may go on in the next batch.
-            winners: list[Winner] = [] if held is None else [held[:5]]
+            winners: list[Winner] = [] if held is None else [held[:6]]
             winners.extend(zip(*(column[:last] for column in columns), strict=True))
             self._held = (*(column[last] for column in columns), _fields(batch, indices[last]))
             return winners, []
@@ -270,29 +279,26 @@ class KeyGroups:
             candidate: Valid = (*row, _fields(batch, indices[position]))
             if held is None or held[:2] != candidate[:2]:
                 if held is not None:
-                    winners.append(held[:5])
+                    winners.append(held[:6])
                 held = candidate
                 continue
             loser = candidate
             if _rank(candidate) > _rank(held):
                 loser, held = held, candidate
-            duplicates.append(loser[5])
+            duplicates.append(loser[6])
         self._held = held
         return winners, duplicates
 
     def finish(self) -> list[Winner]:
         """The winner of the last group."""
         held, self._held = self._held, None
-        return [] if held is None else [held[:5]]
+        return [] if held is None else [held[:6]]
 
 
-def _rank(row: Valid) -> tuple[int, bytes, int]:
-    """transforms._rank: due, then stored payload, then priority."""
-    return row[3], row[2], row[4]
+def _rank(row: Valid) -> tuple[int, bytes, int, str]:
+    """transforms._rank: due, then stored payload, then priority, then group."""
+    return row[3], row[2], row[4], row[5] or ""
 
 
 def _fields(batch: pa.RecordBatch, index: int) -> tuple:
-    return tuple(
-        batch.column(name)[index].as_py()
-        for name in ("queue", "key", "payload", "scheduled_at", "priority")
-    )
+    return tuple(batch.column(name)[index].as_py() for name in FIELDS)

@@ -18,6 +18,8 @@ from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, pars
 from app.domain.messages import DEFAULT_PRIORITY
 from app.domain.payloads import encode_payload
 
+# An input row's fields, in the order check_row takes them (all text).
+FIELDS = ("queue", "key", "payload", "scheduled_at", "priority", "group")
 _QUEUE = re.compile(QUEUE_PATTERN)
 # One decoder for every row (json.loads with an option builds one per call).
 _DECODER = json.JSONDecoder(parse_constant=lambda name: _not_json(name))
@@ -41,6 +43,7 @@ class Reason:
     PAYLOAD_TOO_DEEP = "payload_too_deep"  # arrays and objects nested past the API's limit
     INVALID_SCHEDULED_AT = "invalid_scheduled_at"
     INVALID_PRIORITY = "invalid_priority"  # not a whole number 0-9
+    INVALID_GROUP = "invalid_group"  # over 200 characters, or a control character
     DUPLICATE_KEY = "duplicate_key"
     UNKNOWN_FIELD = "unknown_field"  # a JSON line with a field no column takes
 
@@ -53,6 +56,7 @@ class Checked:
     payload: bytes | None = None
     scheduled_at: int | None = None  # epoch ms
     priority: int = DEFAULT_PRIORITY
+    group: str | None = None
 
 
 def check_row(
@@ -61,12 +65,14 @@ def check_row(
     payload: str | None,
     scheduled_at: str | None,
     priority: str | None = None,
+    group: str | None = None,
     *,
     now_ms: int,
     max_payload_bytes: int,
 ) -> Checked:
     """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now;
-    `priority` a whole number 0-9 as text, or None for the default."""
+    `priority` a whole number 0-9 as text, or None for the default; `group` a key's
+    text (docs/flow-control.md), or None (or empty, as an empty CSV field) for none."""
     if not queue:
         return Checked(Reason.MISSING_QUEUE)
     if not _valid_queue(queue):
@@ -94,16 +100,28 @@ def check_row(
         if due is None:
             return Checked(Reason.INVALID_SCHEDULED_AT)
     if priority is None or priority == "":
-        return Checked(None, stored, due)
-    if not _PRIORITY.fullmatch(priority):
+        ranked = DEFAULT_PRIORITY
+    elif _PRIORITY.fullmatch(priority):
+        ranked = int(priority[0])
+    else:
         return Checked(Reason.INVALID_PRIORITY)
-    return Checked(None, stored, due, int(priority[0]))
+    if group is None or group == "":
+        return Checked(None, stored, due, ranked)
+    if not _valid_group(group):
+        return Checked(Reason.INVALID_GROUP)
+    return Checked(None, stored, due, ranked, group)
 
 
 # Bulk data repeats its queues and times: check each distinct one once per worker.
 @lru_cache(maxsize=1024)
 def _valid_queue(queue: str) -> bool:
     return _QUEUE.fullmatch(queue) is not None
+
+
+# Groups repeat too: many messages to one group is what a group is for.
+@lru_cache(maxsize=65536)
+def _valid_group(group: str) -> bool:
+    return _KEY.fullmatch(group) is not None
 
 
 @lru_cache(maxsize=65536)

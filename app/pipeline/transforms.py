@@ -1,7 +1,7 @@
 """The import's transforms.
 
     normalize (DataFrame) -> queue, key, payload (JSON text), scheduled_at (text),
-                             priority (text), input_error
+                             priority (text), group (text), input_error
     co_locate (DataFrame) -> the rows of each key together, in one partition
     judge (rows, in Python) -> each row with its verdict: stored form, or a reason
 
@@ -20,15 +20,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from app.pipeline.rows import Checked, Reason, check_row, json_text
+from app.pipeline.rows import FIELDS, Checked, Reason, check_row, json_text
 
-FIELDS = ("queue", "key", "payload", "scheduled_at", "priority")
 NORMALIZED = (
     "queue string, key string, payload string, scheduled_at string, priority string, "
-    "input_error string"
+    "`group` string, input_error string"
 )
 # One normalized row, in NORMALIZED's order.
-Row = tuple[str | None, str | None, str | None, str | None, str | None, str | None]
+Row = tuple[str | None, str | None, str | None, str | None, str | None, str | None, str | None]
 # A JSON line that is not a JSON object with these fields.
 INVALID_LINE = "invalid_json_line"
 
@@ -36,7 +35,7 @@ INVALID_LINE = "invalid_json_line"
 def normalize(
     df: DataFrame, *, json_lines: bool, columns: dict[str, str], queue: str | None
 ) -> DataFrame:
-    """The input's rows as the five fields, all text; `columns` maps field to input column.
+    """The input's rows as the six fields, all text; `columns` maps field to input column.
 
     JSON lines come as one `value` column of text (spark.read.text), so that any
     JSON value can be a payload; other formats hold JSON text in the payload
@@ -57,8 +56,8 @@ def normalize(
     if unknown := sorted(present - used):
         raise ValueError(
             f"the input has columns no field takes: {unknown}; name them with "
-            "--key-column, --payload-column, --scheduled-at-column, --priority-column or "
-            "--queue-column, or leave them out of the input"
+            "--key-column, --payload-column, --scheduled-at-column, --priority-column, "
+            "--group-column or --queue-column, or leave them out of the input"
         )
 
     def field(name: str) -> Column:
@@ -111,8 +110,15 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
             "payload": None,
             "scheduled_at": _text(record.get(names["scheduled_at"])),
             "priority": _number(record.get(names["priority"])),
+            "group": None,
             "input_error": None,
         }
+        group = record.get(names["group"])
+        if isinstance(group, str) or group is None:
+            values["group"] = group
+        else:  # a number or an object is no group, as the API refuses it
+            values["group"] = json_text(group)
+            values["input_error"] = Reason.INVALID_GROUP
         if names["payload"] in record:
             try:
                 values["payload"] = json_text(record[names["payload"]])
@@ -164,17 +170,17 @@ def judge(
     """Each normalized row with its verdict, for rows that come grouped by (queue, key).
 
     A row is a tuple in NORMALIZED's order (queue, key, payload, scheduled_at,
-    priority, input_error): the executors zip Arrow's columns into them, the cheapest
-    form. Of the valid rows of one key, the one due last wins, then the one with the
-    greatest stored payload (bytes), then the highest priority, so the choice does
-    not depend on the input's
-    order or partitioning; the others get reason `duplicate_key`. A winner is
-    yielded once its group has ended.
+    priority, group, input_error): the executors zip Arrow's columns into them, the
+    cheapest form. Of the valid rows of one key, the one due last wins, then the one
+    with the greatest stored payload (bytes), then the highest priority, then the
+    greatest group (by code point; none before any), so the choice does not depend on
+    the input's order or partitioning; the others get reason `duplicate_key`. A
+    winner is yielded once the rows of its key have ended.
     """
-    group: tuple[str | None, str | None] | None = None
+    current: tuple[str | None, str | None] | None = None
     best: tuple[Row, Checked] | None = None
     for row in rows:
-        queue, key, payload, scheduled_at, priority, input_error = row
+        queue, key, payload, scheduled_at, priority, group, input_error = row
         if input_error is not None:
             yield row, Checked(input_error)
             continue
@@ -184,16 +190,17 @@ def judge(
             payload,
             scheduled_at,
             priority,
+            group,
             now_ms=now_ms,
             max_payload_bytes=max_payload_bytes,
         )
         if checked.reason is not None:
             yield row, checked
             continue
-        if (queue, key) != group or best is None:
+        if (queue, key) != current or best is None:
             if best is not None:
                 yield best
-            group, best = (queue, key), (row, checked)
+            current, best = (queue, key), (row, checked)
             continue
         loser = (row, checked)
         if _rank(checked) > _rank(best[1]):
@@ -203,5 +210,11 @@ def judge(
         yield best
 
 
-def _rank(checked: Checked) -> tuple[int, bytes, int]:
-    return checked.scheduled_at or 0, checked.payload or b"", checked.priority
+def _rank(checked: Checked) -> tuple[int, bytes, int, str]:
+    # The group last: two rows that differ only in it must not be settled by their order.
+    return (
+        checked.scheduled_at or 0,
+        checked.payload or b"",
+        checked.priority,
+        checked.group or "",
+    )

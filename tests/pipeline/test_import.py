@@ -12,8 +12,9 @@ import pytest
 
 from app.domain.messages import IfExists
 from app.pipeline.importer import ImportCounts, run_import
+from app.storage.tables import group_marks
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import stored_rows
+from tests.helpers import _table_rows, stored_rows
 
 GOOD = [
     ("reminders", "user-1", '{"text": "hi"}', "2026-11-27T09:00:00Z"),
@@ -125,6 +126,80 @@ def test_a_priority_column_is_stored_checked_and_changed_like_the_other_fields(
     assert (again.created, again.updated, again.ignored) == (0, 1, 1)
     stored = {row["pKey"]: row["priority"] for row in stored_rows(clean_database.url)}
     assert stored == {"high": 8, "none": 0}
+
+
+def _write_grouped(path, rows) -> str:
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "tenant"])
+        writer.writerows(rows)
+    return str(path)
+
+
+GROUPED = [
+    ("q", "a1", "1", "tenant-a"),
+    ("q", "a2", "2", "tenant-a"),
+    ("q", "b1", "3", "tenant/b ✓"),
+    ("r", "a1", "4", "tenant-a"),  # the same group in another queue is another group
+    ("q", "none", "5", ""),  # an empty field: no group
+    ("q", "long", "6", "g" * 200),
+]
+BAD_GROUPS = [("q", "too-long", "7", "g" * 201), ("q", "control", "8", "tab\there")]
+
+
+def test_a_group_column_is_stored_checked_and_changed_like_the_other_fields(
+    spark, clean_database, tmp_path
+):
+    path = _write_grouped(tmp_path / "in.csv", GROUPED + BAD_GROUPS)
+    counts = _import(spark, clean_database, path, tmp_path, columns={"group": "tenant"})
+    assert (counts.created, counts.rejected, counts.rows) == (6, 2, 8)
+    stored = {(row["pKind"], row["pKey"]): row for row in stored_rows(clean_database.url)}
+    assert {where: row["messageGroup"] for where, row in stored.items()} == {
+        ("q", "a1"): "tenant-a",
+        ("q", "a2"): "tenant-a",
+        ("q", "b1"): "tenant/b ✓",
+        ("r", "a1"): "tenant-a",
+        ("q", "none"): None,
+        ("q", "long"): "g" * 200,
+    }
+    # Offered as any grouped offer is: marked for the groups' keeper.
+    marks = _table_rows(clean_database.url, group_marks, group_marks.c.id)
+    assert {(row["queue"], row["messageGroup"]) for row in marks} >= {
+        ("q", "tenant-a"),
+        ("q", "tenant/b ✓"),
+        ("r", "tenant-a"),
+        ("q", "g" * 200),
+    }
+    rejects = spark.read.parquet(str(tmp_path / "rejects")).collect()
+    assert sorted((row["key"], row["group"], row["reason"]) for row in rejects) == [
+        ("control", "tab\there", "invalid_group"),
+        ("too-long", "g" * 201, "invalid_group"),
+    ]
+
+    # The same file again: nothing changes, every valid row is ignored.
+    before = stored_rows(clean_database.url)
+    again = _import(spark, clean_database, path, tmp_path, columns={"group": "tenant"})
+    assert (again.created, again.updated, again.ignored, again.rejected) == (0, 0, 6, 2)
+    assert stored_rows(clean_database.url) == before
+
+    # A group changed, added or taken away is an update; the rest is ignored.
+    changed = [
+        ("q", "a1", "1", "tenant-c"),
+        ("q", "a2", "2", ""),
+        ("q", "none", "5", "tenant-a"),
+        *(row for row in GROUPED if row[:2] not in {("q", "a1"), ("q", "a2"), ("q", "none")}),
+    ]
+    path = _write_grouped(tmp_path / "changed.csv", changed)
+    updated = _import(spark, clean_database, path, tmp_path, columns={"group": "tenant"})
+    assert (updated.created, updated.updated, updated.ignored) == (0, 3, 3)
+    groups = {
+        (row["pKind"], row["pKey"]): row["messageGroup"] for row in stored_rows(clean_database.url)
+    }
+    assert (groups["q", "a1"], groups["q", "a2"], groups["q", "none"]) == (
+        "tenant-c",
+        None,
+        "tenant-a",
+    )
 
 
 def test_json_lines_into_one_queue(spark, clean_database, tmp_path):

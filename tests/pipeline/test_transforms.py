@@ -35,6 +35,7 @@ def test_normalize_maps_columns_and_fills_in_the_queue(spark):
             "payload": '{"a": 1}',
             "scheduled_at": "2026-11-27T09:00:00.250Z",
             "priority": None,
+            "group": None,
             "input_error": None,
         }
     ]
@@ -84,8 +85,8 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
     ]
 
 
-def _row(queue, key, payload, scheduled_at=None, error=None, priority=None):
-    return queue, key, payload, scheduled_at, priority, error
+def _row(queue, key, payload, scheduled_at=None, error=None, priority=None, group=None):
+    return queue, key, payload, scheduled_at, priority, group, error
 
 
 def _judged(rows):
@@ -129,7 +130,7 @@ def test_of_duplicate_keys_the_latest_then_the_greatest_payload_wins():
 
 
 def test_co_locate_puts_each_key_in_one_partition_in_order(spark):
-    rows = [("q", f"k{n % 7}", "1", None, None, None) for n in range(70)]
+    rows = [("q", f"k{n % 7}", "1", None, None, None, None) for n in range(70)]
     df = spark.createDataFrame(rows, transforms.NORMALIZED)
     partitions = transforms.co_locate(df, 3).rdd.glom().collect()
     where = {}
@@ -194,3 +195,55 @@ def test_a_priority_column_is_taken_as_the_api_takes_priority(spark, tmp_path):
         if checked.reason is None
     }
     assert priorities == {"a": 9, "c": 4, "d": 0}
+
+
+def test_a_group_column_is_taken_as_the_api_takes_group(spark, tmp_path):
+    df = spark.createDataFrame(
+        [("a", "1", "tenant-7"), ("b", "1", None), ("c", "1", "")],
+        "key string, payload string, tenant string",
+    )
+    normalized = transforms.normalize(df, json_lines=False, columns={"group": "tenant"}, queue="q")
+    assert [row["group"] for row in _rows(normalized)] == ["tenant-7", None, ""]
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        '{"key": "a", "payload": 1, "group": "tenant-7"}\n'
+        '{"key": "b", "payload": 1, "group": 7}\n'
+        '{"key": "c", "payload": 1, "group": null}\n'
+        '{"key": "d", "payload": 1, "group": ""}\n'
+        '{"key": "e", "payload": 1, "group": "tab\\there"}\n'
+        '{"key": "f", "payload": 1, "group": ["x"]}\n'
+        '{"key": "g", "payload": 1}\n'
+    )
+    lines = transforms.normalize(spark.read.text(str(path)), json_lines=True, columns={}, queue="q")
+    rows = [tuple(row.values()) for row in _rows(lines)]
+    verdicts = {
+        row[1]: (checked.reason, checked.group)
+        for row, checked in transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000)
+    }
+    assert verdicts == {
+        "a": (None, "tenant-7"),
+        "b": (Reason.INVALID_GROUP, None),  # a number, as the API refuses it
+        "c": (None, None),
+        "d": (None, None),  # empty is none, as an empty CSV field
+        "e": (Reason.INVALID_GROUP, None),  # a control character
+        "f": (Reason.INVALID_GROUP, None),
+        "g": (None, None),
+    }
+    # A refused group goes to the rejects as it was read: its JSON text.
+    assert {row[1]: row[5] for row in rows}["b"] == "7"
+
+
+def test_of_duplicate_keys_that_differ_only_in_group_the_greatest_group_wins():
+    rows = [
+        _row("q", "k", "1", LATER, group="b"),
+        _row("q", "k", "1", LATER),
+        _row("q", "k", "1", LATER, group="a"),
+    ]
+    for order in (rows, list(reversed(rows)), rows[1:] + rows[:1]):
+        judged = list(transforms.judge(order, now_ms=NOW, max_payload_bytes=1000))
+        assert [checked.group for _, checked in judged if checked.reason is None] == ["b"]
+        assert sorted(row[5] or "" for row, checked in judged if checked.reason) == ["", "a"]
+    # A later time still wins over any group.
+    rows.append(_row("q", "k", "1", "2026-11-28T09:00:00Z"))
+    judged = list(transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000))
+    assert [row[5] for row, checked in judged if checked.reason is None] == [None]

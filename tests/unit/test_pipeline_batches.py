@@ -17,7 +17,7 @@ from app.pipeline.rows import Reason, check_row
 
 NOW = 1_795_683_600_000
 MAX_PAYLOAD_BYTES = 64
-_NAMES = ("queue", "key", "payload", "scheduled_at", "priority", "input_error")
+_NAMES = ("queue", "key", "payload", "scheduled_at", "priority", "group", "input_error")
 _SCHEMA = pa.schema([(name, pa.string()) for name in _NAMES])
 
 _queues = st.one_of(
@@ -128,12 +128,15 @@ _priorities = st.one_of(
     st.sampled_from(["", "0", "9", "5.0", "5.00", "5.", "10", "-1", "a", "٣", "1e0", " 1"]),
     st.text(max_size=3),
 )
+# Groups follow a key's rules: the same edges, and the texts a group column repeats.
+_groups = st.one_of(_keys, st.sampled_from(["g", "tenant-7", " ", "g" * 200, "g" * 201]))
 _rows = st.tuples(
     _queues,
     _keys,
     _payloads,
     _scheduled,
     _priorities,
+    _groups,
     st.sampled_from([None, None, "invalid_json_line"]),
 )
 
@@ -145,18 +148,24 @@ def _compared(rows: list[tuple]) -> None:
     verdicts = check_batch(batch, now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
     for index, row in enumerate(rows):
         reason = verdicts.reasons[index].as_py()
-        if row[5] is not None:
-            assert reason == row[5], row
+        if row[6] is not None:
+            assert reason == row[6], row
             continue
-        expected = check_row(*row[:5], now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
+        expected = check_row(*row[:6], now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
         assert reason == expected.reason, row
         if reason is None:
             got = (
                 verdicts.payloads[index],
                 verdicts.due[index].as_py(),
                 verdicts.priorities[index].as_py(),
+                verdicts.groups[index].as_py(),
             )
-            assert got == (expected.payload, expected.scheduled_at, expected.priority), row
+            assert got == (
+                expected.payload,
+                expected.scheduled_at,
+                expected.priority,
+                expected.group,
+            ), row
 
 
 @settings(max_examples=400, deadline=None)
@@ -168,11 +177,13 @@ def test_the_batch_check_agrees_with_the_row_check(rows):
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.just("q"), st.just("k"), st.just("1"), _times(), _priorities, st.none()),
+        st.tuples(
+            st.just("q"), st.just("k"), st.just("1"), _times(), _priorities, _groups, st.none()
+        ),
         max_size=12,
     )
 )
-def test_times_and_priorities_agree(rows):
+def test_times_priorities_and_groups_agree(rows):
     _compared(rows)
 
 
@@ -184,11 +195,17 @@ def test_every_day_of_the_calendar_around_month_ends_and_leap_years():
         for day in range(26, 32)
         for zone in ("Z", "+14:00", "-14:00")
     ]
-    _compared([("q", "k", "1", text, None, None) for text in days])
+    _compared([("q", "k", "1", text, None, None, None) for text in days])
 
 
 def test_every_payload_edge_in_an_otherwise_valid_row():
-    _compared([("q", "k", text, None, None, None) for text in _PAYLOAD_EDGES])
+    _compared([("q", "k", text, None, None, None, None) for text in _PAYLOAD_EDGES])
+
+
+def test_every_group_edge_in_an_otherwise_valid_row():
+    edges = ["", " ", "g" * 200, "g" * 201, "é" * 200, "é" * 201, "😀" * 200, "😀" * 201]
+    edges += [f"g{chr(code)}" for code in (*range(0x20), *range(0x7F, 0xA1))]
+    _compared([("q", "k", "1", None, None, text, None) for text in [None, *edges]])
 
 
 def test_an_empty_batch():
@@ -204,6 +221,7 @@ def test_an_empty_batch():
             st.sampled_from(['"x"', '"y"', "1", "[", None]),
             st.sampled_from(["2026-12-01T09:00:00Z", "2026-12-01T09:00:01Z", "", "soon"]),
             st.sampled_from([None, "1", "2"]),
+            st.sampled_from([None, "", "a", "b", "\x01"]),
             st.sampled_from([None, None, None, "invalid_json_line"]),
         ),
         max_size=30,
@@ -215,12 +233,12 @@ def test_duplicates_are_settled_as_judge_settles_them_across_batches(rows, sizes
     rows.sort(key=lambda row: (row[0], row[1]))  # as co_locate leaves them
     judged = list(transforms.judge(rows, now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES))
     expected_winners = sorted(
-        (row[0], row[1], checked.payload, checked.scheduled_at, checked.priority)
+        (row[0], row[1], checked.payload, checked.scheduled_at, checked.priority, checked.group)
         for row, checked in judged
         if checked.reason is None
     )
     expected_duplicates = sorted(
-        (row[:5] for row, checked in judged if checked.reason == Reason.DUPLICATE_KEY), key=str
+        (row[:6] for row, checked in judged if checked.reason == Reason.DUPLICATE_KEY), key=str
     )
     groups, winners, duplicates, start = KeyGroups(), [], [], 0
     for size in sizes * len(rows):

@@ -135,3 +135,30 @@ def test_a_priority_is_a_whole_number_0_to_9(priority, stored):
 def test_a_priority_the_api_would_refuse_is_refused_with_a_reason(priority):
     checked = check_row("q", "k", "1", None, priority, now_ms=NOW, max_payload_bytes=100)
     assert checked.reason == Reason.INVALID_PRIORITY
+
+
+@pytest.mark.parametrize(
+    ("group", "stored"),
+    [
+        (None, None),
+        ("", None),  # an empty CSV field
+        ("tenant-7", "tenant-7"),
+        ("user/42 friday ✓", "user/42 friday ✓"),
+        (" ", " "),  # a key's rules: a space is a character like any other
+        ("é" * 200, "é" * 200),
+    ],
+)
+def test_a_group_is_a_key_s_text_or_none(group, stored):
+    checked = check_row("q", "k", "1", None, None, group, now_ms=NOW, max_payload_bytes=100)
+    assert (checked.reason, checked.group) == (None, stored)
+
+
+@pytest.mark.parametrize("group", ["g" * 201, "é" * 201, "tab\there", "g\n", "g\x00", "g\x85"])
+def test_a_group_the_api_would_refuse_is_refused_with_a_reason(group):
+    checked = check_row("q", "k", "1", None, None, group, now_ms=NOW, max_payload_bytes=100)
+    assert (checked.reason, checked.group) == (Reason.INVALID_GROUP, None)
+
+
+def test_a_group_is_checked_after_the_other_fields():
+    checked = check_row("q", "k", "1", None, "10", "g\n", now_ms=NOW, max_payload_bytes=100)
+    assert checked.reason == Reason.INVALID_PRIORITY
