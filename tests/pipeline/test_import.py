@@ -227,9 +227,14 @@ def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
     # Once, on the embedded default: what the command prints does not depend on the
     # database, and the imports above run on every one (a JVM start each, ~25 s).
     truncate_all(sqlite_url)
-    path = _write_csv(tmp_path / "in.csv", GOOD + BAD)
+    path = str(tmp_path / "in.csv")
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "scheduled_at", "tenant"])
+        writer.writerows((*row, "tenant-a") for row in GOOD + BAD)
+    command = [sys.executable, "-m", "app", "pipeline", "import", path, "--master", "local[1]"]
     result = subprocess.run(
-        [sys.executable, "-m", "app", "pipeline", "import", path, "--master", "local[1]"],
+        [*command, "--group-column", "tenant"],
         env={**os.environ, "HOURGLASS_DATABASE_URL": sqlite_url},
         capture_output=True,
         text=True,
@@ -242,6 +247,7 @@ def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
     assert "rows: 7" in lines
     assert "rows checked" in result.stderr  # progress
     assert os.path.isdir(path + ".rejects")
+    assert {row["messageGroup"] for row in stored_rows(sqlite_url)} == {"tenant-a"}
 
 
 def test_duplicates_spanning_arrow_batches_are_resolved(spark, clean_database, tmp_path):

@@ -204,6 +204,14 @@ def test_a_group_column_is_taken_as_the_api_takes_group(spark, tmp_path):
     )
     normalized = transforms.normalize(df, json_lines=False, columns={"group": "tenant"}, queue="q")
     assert [row["group"] for row in _rows(normalized)] == ["tenant-7", None, ""]
+    # Under its own name (a word Spark's SQL reserves), by default.
+    normalized = transforms.normalize(
+        df.withColumnRenamed("tenant", "group"), json_lines=False, columns={}, queue="q"
+    )
+    assert [row["group"] for row in _rows(normalized.where("`group` IS NOT NULL"))] == [
+        "tenant-7",
+        "",
+    ]
     path = tmp_path / "in.jsonl"
     path.write_text(
         '{"key": "a", "payload": 1, "group": "tenant-7"}\n'
