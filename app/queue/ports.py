@@ -12,6 +12,7 @@ from app.domain.messages import (
     Claimed,
     Finish,
     Lease,
+    Limit,
     Message,
     Offer,
     OfferOutcome,
@@ -200,6 +201,8 @@ class QueueEvents(Protocol):
 
     def dead_lettered(self, queue: str, count: int) -> None: ...
 
+    def held_back(self, queue: str, limit: Limit) -> None: ...
+
 
 class Unobserved:
     """Events nobody listens to."""
@@ -217,4 +220,7 @@ class Unobserved:
         pass
 
     def dead_lettered(self, queue: str, count: int) -> None:
+        pass
+
+    def held_back(self, queue: str, limit: Limit) -> None:
         pass

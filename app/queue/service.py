@@ -30,6 +30,7 @@ from app.domain.messages import (
     Claimed,
     KeyedOutcome,
     Lease,
+    Limit,
     Message,
     Offer,
     OfferRequest,
@@ -40,6 +41,7 @@ from app.domain.messages import (
     QueueSettings,
     QueueStats,
     RandomSource,
+    Rate,
     Redrive,
     RetryPolicy,
     State,
@@ -74,6 +76,10 @@ PAUSE_CACHE_SECONDS = 0.25
 # A poll of a paused queue that was woken (an offer, or on PostgreSQL a resume through
 # another replica) trusts a read of the pause at most this old.
 WOKEN_PAUSE_SECONDS = 0.02
+# A waiting poll held back by a limit looks again when the limit has room by time (a lease
+# runs out, the rate's window moves on), but no sooner than this: a time already past
+# (written by a replica whose clock is ahead) makes no busy loop.
+_ROOM_RECHECK_SECONDS = 0.005
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
 # Queue names are at most this long (the column's size).
@@ -258,9 +264,12 @@ class QueueService:
         if wait_seconds <= 0:
             if await self.paused(queue):
                 return None
-            return await self._claim(queue, settings, limit, lease_ms)
+            look = await self._claim_undoable(queue, settings, limit, lease_ms)
+            self._held_back(queue, look)
+            return look.lease
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
+        held_back: Limit | None = None
         with self.notifier.subscription(queue):
             first_look, woken = True, False
             while True:
@@ -281,7 +290,11 @@ class QueueService:
                     await self.notifier.wait(ticket, min(remaining, PAUSE_CACHE_SECONDS))
                     woken = ticket.is_set()
                     continue
-                lease, before = await self._claim_undoable(queue, settings, limit, lease_ms)
+                look = await self._claim_undoable(queue, settings, limit, lease_ms)
+                lease = look.lease
+                if look.held_back_by is not None and held_back is None:
+                    held_back = look.held_back_by
+                    self._held_back(queue, look)  # once per poll, however many looks
                 if lease is not None and abandoned is not None and await abandoned():
                     # The caller hung up while this look claimed (a worker stopping cuts
                     # its waiting poll short): give the messages back as they were, now,
@@ -289,29 +302,38 @@ class QueueService:
                     # a delivery counted that nobody received.
                     lock_id = lease.lock_id
                     await self._run(
-                        queue, partial(self.storage.leases.give_back, queue, lock_id, before)
+                        queue, partial(self.storage.leases.give_back, queue, lock_id, look.before)
                     )
                     self.notifier.notify(queue)
                     return None
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease
-                next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
                 timeout = min(remaining, self.poll_recheck_seconds)
+                if look.held_back_by is not None:
+                    # Due messages wait for room: a lease ending (acknowledged, released or
+                    # run out) or the rate's window moving on. Wake for the first; look
+                    # again at the second's time (docs/flow-control.md).
+                    if look.room_at is not None:
+                        until_room = (look.room_at - self.clock.now_ms()) / 1000
+                        timeout = min(timeout, max(until_room, _ROOM_RECHECK_SECONDS))
+                    await self.notifier.wait(ticket, timeout)
+                    continue
+                next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
                 if next_due is not None:
                     until_due = (next_due - self.clock.now_ms()) / 1000
                     timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
                 await self.notifier.wait(ticket, timeout)
 
-    async def _claim(
-        self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
-    ) -> Lease | None:
-        return (await self._claim_undoable(queue, settings, limit, lease_ms))[0]
+    def _held_back(self, queue: str, look: _Look) -> None:
+        if look.held_back_by is not None:
+            self.events.held_back(queue, look.held_back_by)
 
     async def _claim_undoable(
         self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
-    ) -> tuple[Lease | None, tuple[Claimed, ...]]:
-        """`_claim`, with the delivered rows as they were before (to give them back)."""
+    ) -> _Look:
+        """A look: a lease of up to `limit` due messages (or None), with the delivered rows
+        as they were before (to give them back), and the limit that held it back."""
         for _ in range(_DEAD_LETTER_LOOKS):
             now = self.clock.now_ms()
             lock_id = str(uuid.uuid4())
@@ -332,12 +354,14 @@ class QueueService:
             if claim.dead_lettered:
                 self.events.dead_lettered(queue, claim.dead_lettered)
                 self.notifier.notify(settings.effective_dead_letter_queue)
+            held_back = (claim.held_back_by, claim.room_at)
             if claim.deliveries:
-                return Lease(lock_id, expires_at, tuple(claim.deliveries)), claim.before
+                lease = Lease(lock_id, expires_at, tuple(claim.deliveries))
+                return _Look(lease, claim.before, *held_back)
             if not claim.exhausted:
-                return None, ()
+                return _Look(None, (), *held_back)
             # Everything due it found was past its limit: more may be due behind.
-        return None, ()
+        return _Look(None, ())
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
@@ -346,6 +370,7 @@ class QueueService:
             queue, lock_id, partial(self.storage.leases.acknowledge, queue, lock_id, now)
         )
         self.events.acknowledged(queue, count)
+        self._leases_ended(queue)
 
     async def acknowledge_before_poll(
         self, queue: str, lock_id: str, keys: Sequence[str] | None = None
@@ -366,6 +391,7 @@ class QueueService:
         )
         if deleted:
             self.events.acknowledged(queue, len(deleted))
+            self._leases_ended(queue)
         return KeyedOutcome(tuple(deleted), ())
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
@@ -388,7 +414,17 @@ class QueueService:
         )
         if outcome.done:
             self.events.acknowledged(queue, len(outcome.done))
+            self._leases_ended(queue)
         return outcome
+
+    def _leases_ended(self, queue: str) -> None:
+        """Some of the queue's leases ended (acknowledged or released, to be due whenever):
+        wake the polls waiting for room under its `max_leased`, here and in peers. Judged by
+        the settings this process read lately (no read of its own): a queue without the
+        limit tells nobody more than before."""
+        cached = self._settings.fresh(queue)
+        if cached is not None and cached[0].max_leased is not None:
+            self.notifier.notify(queue)
 
     async def release(
         self,
@@ -412,6 +448,7 @@ class QueueService:
         self.events.released(queue, count)
         # Each by its own retry delay: any of them may be due soon.
         self.notifier.notify(queue, due if isinstance(due, int) else None)
+        self._leases_ended(queue)
 
     async def release_keys(
         self,
@@ -435,6 +472,7 @@ class QueueService:
         if outcome.done:
             self.events.released(queue, len(outcome.done))
             self.notifier.notify(queue, due if isinstance(due, int) else None)
+            self._leases_ended(queue)
         return outcome
 
     async def _due_after_release(
@@ -568,6 +606,8 @@ class QueueService:
         dead_letter_queue: str | None,
         retry: RetryPolicy | None = None,
         push: PushTarget | None = None,
+        max_leased: int | None = None,
+        rate: Rate | None = None,
         may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
         """Replace the queue's settings; fields left out go back to their defaults.
@@ -587,6 +627,8 @@ class QueueService:
             updated_at=self.clock.now_ms(),
             retry=retry,
             push=push,
+            max_leased=max_leased,
+            rate=rate,
         )
         if (
             max_deliveries is not None
@@ -649,6 +691,17 @@ class QueueService:
     async def _run(self, queue: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` on behalf of `queue`: it waits for a turn only that queue's calls hold."""
         return await self.calls.run(call, queue)
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one look of a poll found: a lease or None, the delivered rows as they were,
+    and the queue limit that held it back, with when that limit has room by time alone."""
+
+    lease: Lease | None
+    before: tuple[Claimed, ...]
+    held_back_by: Limit | None = None
+    room_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

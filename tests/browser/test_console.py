@@ -299,6 +299,8 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
         "dead_letter_queue": f"{queue}-graveyard",
         "retry": retry,
         "push": None,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "…",
     }
     console.wait_for_text("#dead-letter-queue", f"{queue}-graveyard")

@@ -40,6 +40,8 @@ def test_a_queue_without_settings_has_the_defaults(client):
         "dead_letter_queue": "q.dead",
         "retry": None,
         "push": None,
+        "max_leased": None,
+        "rate": None,
         "updated_at": None,
     }
 
@@ -53,6 +55,8 @@ def test_settings_are_replaced_whole(client, clock):
         "dead_letter_queue": "failed",
         "retry": None,
         "push": None,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "2026-11-26T09:00:00.000Z",
     }
     assert client.get("/v1/queues/q/settings").json() == body
@@ -65,6 +69,8 @@ def test_settings_are_replaced_whole(client, clock):
         "dead_letter_queue": "q.dead",
         "retry": None,
         "push": None,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "2026-11-26T09:00:01.000Z",
     }
 
