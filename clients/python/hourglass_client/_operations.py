@@ -34,6 +34,7 @@ from hourglass_client.models import (
     PushTarget,
     QueueSettings,
     QueueStats,
+    Rate,
     RedriveResult,
     ReleaseResult,
     RetryPolicy,
@@ -401,15 +402,19 @@ def put_settings(
     dead_letter_queue: str | None = None,
     retry: RetryPolicy | None = None,
     push: PushTarget | None = None,
+    max_leased: int | None = None,
+    rate: Rate | None = None,
 ) -> Call[QueueSettings]:
     """Replace the queue's settings whole: what is left out (None) goes back to its default
-    (no retry policy, no push)."""
+    (no retry policy, no push, no bound on leases at once or on the rate)."""
     body = _present(
         default_lease=None if default_lease is None else seconds(default_lease),
         max_deliveries=max_deliveries,
         dead_letter_queue=dead_letter_queue,
         retry=None if retry is None else retry.to_json(),
         push=None if push is None else push.to_json(),
+        max_leased=max_leased,
+        rate=None if rate is None else rate.to_json(),
     )
     return Call(
         "PUT",

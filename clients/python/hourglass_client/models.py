@@ -367,8 +367,27 @@ class PushTarget:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A queue's rate: in any window of `period` seconds at most `limit` deliveries begin,
+    across every replica of the service."""
+
+    limit: int
+    period: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limit": self.limit, "period": self.period}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Rate | None:
+        if data is None:
+            return None
+        return cls(data["limit"], data["period"])
+
+
+@dataclass(frozen=True)
 class QueueSettings:
-    """A queue's settings as they apply, defaults filled in (`updated_at` None: never set)."""
+    """A queue's settings as they apply, defaults filled in (`updated_at` None: never set;
+    `max_leased` and `rate` None: no bound)."""
 
     queue: str
     default_lease: float
@@ -377,6 +396,8 @@ class QueueSettings:
     retry: RetryPolicy | None
     updated_at: datetime | None
     push: PushTarget | None = None
+    max_leased: int | None = None
+    rate: Rate | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueSettings:
@@ -388,6 +409,8 @@ class QueueSettings:
             RetryPolicy.from_json(data.get("retry")),
             _optional_time(data.get("updated_at")),
             PushTarget.from_json(data.get("push")),
+            data.get("max_leased"),
+            Rate.from_json(data.get("rate")),
         )
 
 
