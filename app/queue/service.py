@@ -395,11 +395,32 @@ class QueueService:
         return KeyedOutcome(tuple(deleted), ())
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
-        """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
-        until = self.clock.now_ms() + round(lease_seconds * 1000)
-        await self._on_lock(
-            queue, lock_id, partial(self.storage.leases.extend, queue, lock_id, until)
+        """Make the lease end `lease_seconds` from now; the new end (epoch ms).
+
+        In a queue with `max_leased`, a lease that has run out (no poll has retaken its
+        messages yet) is made leased again only while the limit has room for it, else
+        LockNotFound, as for a lock another poll took over (docs/flow-control.md)."""
+        lease_ms = round(lease_seconds * 1000)
+        if (await self.settings(queue)).max_leased is None:
+            until = self.clock.now_ms() + lease_ms
+            await self._on_lock(
+                queue, lock_id, partial(self.storage.leases.extend, queue, lock_id, until)
+            )
+            return until
+        if not _LOCK_ID.fullmatch(lock_id):  # never issued: it holds nothing
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+        extend = self.storage.leases.extend_within_limits
+        extended, until = await self._run(
+            queue, partial(extend, queue, lock_id, lease_ms, self.clock.now_ms)
         )
+        if extended is None:
+            raise LockNotFound(
+                f"the lease of lock {lock_id!r} in queue {queue!r} ran out, and the queue's "
+                "max_leased leaves no room to lease its messages again: a poll delivers them "
+                "again"
+            )
+        if not extended:
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
         return until
 
     async def acknowledge_keys(self, queue: str, lock_id: str, keys: Sequence[str]) -> KeyedOutcome:

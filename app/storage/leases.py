@@ -443,6 +443,40 @@ class SqlLeases:
             self.statements.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
         )
 
+    async def extend_within_limits(
+        self, queue: str, lock_id: str, lease_ms: int, clock: Callable[[], int]
+    ) -> tuple[int | None, int]:
+        """`extend` in a queue with `max_leased`: it takes its turn with the queue's claims,
+        and makes leased again what `lock_id` holds whose lease has run out only while the
+        limit, as stored now, has room for it. How many messages it extended (None: their
+        lease ran out and there is no room for them, so nothing changed), and the new end.
+
+        The time is read from `clock` once the turn is taken: a claim that went before
+        counted this lease as run out only if it ended by the claim's time, which is no
+        later than this one (docs/decisions/0026-concurrency-and-rate-limits.md)."""
+        statements = self.statements
+
+        async def extend(connection: Connection) -> tuple[int | None, int]:
+            limits = (await connection.execute(statements.limits_lock, {"queue": queue})).first()
+            now = clock()
+            until = now + lease_ms
+            held = {"queue": queue, "lock_id": lock_id, "until": until}
+            if limits is not None and limits.maxLeased is not None:
+                owned = {"queue": queue, "lock_id": lock_id}
+                ends = (await connection.execute(statements.lock_lease_ends, owned)).scalars()
+                lapsed = sum(1 for end in ends if end <= now)
+                if lapsed:
+                    counted = {"queue": queue, "now": now}
+                    leased, _ = (
+                        await connection.execute(statements.limits_leased, counted)
+                    ).first()
+                    if leased + lapsed > limits.maxLeased:
+                        return None, until
+            extended = await connection.execute(statements.lock_extend, held)
+            return extended.rowcount, until
+
+        return await self.runner.transaction(extend)
+
     async def release(self, queue: str, lock_id: str, at: int) -> int:
         """Give back what `lock_id` holds, due again at `at`."""
         return await self._released((queue, lock_id, at))

@@ -181,6 +181,113 @@ def test_a_waiting_poll_looks_again_when_a_lease_runs_out_and_not_before(clean_d
         assert waiting._count <= 2  # one wait until the lease's end: no busy loop
 
 
+# -- extends in a queue with max_leased ------------------------------------------------------
+
+
+def extend(client, lock_id: str, lease: float = 60, queue: str = "q"):
+    return client.patch(f"/v1/queues/{queue}/locks/{lock_id}", json={"lease": lease})
+
+
+def test_an_extend_keeps_a_live_lease_whatever_the_room(client, clock):
+    configure(client, max_leased=1)
+    offer(client, 2)
+    held = poll(client, "q", lease=10)
+    clock.advance(9.999)
+    assert extend(client, held["lock_id"]).status_code == 200  # a millisecond left
+    clock.advance(59.999)
+    assert poll(client, "q") == EMPTY_POLL  # still leased: no room
+
+
+def test_an_extend_revives_a_lease_that_ran_out_while_there_is_room(client, clock):
+    configure(client, max_leased=1)
+    offer(client, 2)
+    held = poll(client, "q", lease=10)
+    clock.advance(10)  # ran out; no poll has retaken k00
+    answer = extend(client, held["lock_id"])
+    assert answer.status_code == 200, answer.text
+    assert client.get("/v1/queues/q").json()["leased"] == 1
+    assert poll(client, "q", max=2) == EMPTY_POLL  # leased again: it takes the room
+
+
+def test_an_extend_of_a_lease_that_ran_out_is_refused_when_there_is_no_room(client, clock):
+    configure(client, max_leased=1)
+    offer(client, 2)
+    held = poll(client, "q", lease=10)
+    clock.advance(10)
+    # k00's lease ran out, which left room for one: k01 (due first) takes it.
+    assert keys_of(poll(client, "q", max=2, lease=60)) == ["k01"]
+    answer = extend(client, held["lock_id"])
+    assert answer.status_code == 404, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert "max_leased" in answer.json()["detail"]
+    assert client.get("/v1/queues/q").json()["leased"] == 1  # nothing changed
+    k00 = client.get("/v1/queues/q/messages/k00").json()
+    assert k00["state"] == "ready"
+    # The lock still holds k00 until a poll retakes it: its holder may acknowledge it.
+    acknowledge(client, held["lock_id"])
+    assert client.get("/v1/queues/q/messages/k00").status_code == 404
+
+
+def test_an_extend_revives_a_lease_that_ran_out_in_a_queue_without_max_leased(client, clock):
+    configure(client, rate={"limit": 10, "period": 1})
+    offer(client, 1)
+    held = poll(client, "q", lease=10)
+    clock.advance(11)
+    assert extend(client, held["lock_id"]).status_code == 200
+    assert client.get("/v1/queues/q").json()["leased"] == 1
+
+
+def test_an_extend_of_a_lock_that_holds_nothing_is_404_in_a_limited_queue(client):
+    configure(client, max_leased=1)
+    assert extend(client, "not-a-lock").status_code == 404
+    assert extend(client, str(uuid.uuid4())).status_code == 404
+
+
+def test_an_extend_reads_the_time_once_it_has_its_turn(store):
+    # A claim that went before it counted a lease as run out by the claim's own time; the
+    # extend's time, read after, is no earlier, so it cannot keep that lease alive.
+    settings = store.settings.put(QueueSettings("q", updated_at=START_MS, max_leased=1))
+    store.messages.offer_many("q", [Offer("k0", b"1", START_MS)], START_MS)
+    lock_id = str(uuid.uuid4())
+    store.leases.poll("q", 1, lock_id, START_MS + 1_000, START_MS, settings)
+    heard: list[str] = []
+    store.listen_statements(lambda _statement: heard.append("statement"))
+
+    def clock() -> int:
+        heard.append("clock")
+        return START_MS + 500
+
+    extended, until = store.leases.extend_within_limits("q", lock_id, 60_000, clock)
+    assert (extended, until) == (1, START_MS + 60_500)
+    assert heard[0] == "statement" and heard.count("clock") == 1  # the turn, then the time
+
+
+# -- what a queue without limits pays: nothing ---------------------------------------------
+
+
+def test_a_queue_without_limits_claims_with_the_statements_of_one_without_settings(store):
+    plain = store.settings.put(QueueSettings("q", updated_at=START_MS, retry=None))
+    store.messages.offer_many("q", [Offer(f"k{i}", b"1", START_MS) for i in range(4)], START_MS)
+    heard: list[str] = []
+    store.listen_statements(heard.append)
+    _poll(store, plain, START_MS, limit=2)
+    with_settings = heard[:]
+    heard.clear()
+    store.leases.poll("q", 2, str(uuid.uuid4()), START_MS + 60_000, START_MS)
+    assert heard == with_settings
+    assert not any("queue_settings" in text or "delivery_starts" in text for text in with_settings)
+
+
+def test_an_extend_in_a_queue_without_limits_sends_one_statement(client):
+    offer(client, 1)
+    held = poll(client, "q", lease=10)  # the queue's settings are read, and kept
+    heard: list[str] = []
+    client.app.state.service.storage.listen_statements(heard.append)
+    assert extend(client, held["lock_id"]).status_code == 200
+    sent = [text for text in heard if not text.startswith("BEGIN")]  # SQLite's, as before
+    assert len(sent) == 1 and sent[0].startswith("UPDATE delayed_queue"), heard
+
+
 # -- rate -----------------------------------------------------------------------------
 
 

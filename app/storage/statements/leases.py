@@ -67,6 +67,7 @@ __all__ = [
     "lock_acknowledge",
     "lock_extend",
     "lock_held_rows",
+    "lock_lease_ends",
     "lock_release",
     "message_held",
     "redrive_candidates",
@@ -264,6 +265,10 @@ redrive_move = (
 # Acknowledge, extend, release: whatever the lock still holds in this queue.
 lock_acknowledge = removal(by_lock)
 lock_extend = update(queue_table).where(by_lock).values(scheduledAt=bindparam("until"))
+# When the leases of what a lock holds end: an extend in a queue with `max_leased` revives
+# one already run out only while the limit has room for it
+# (docs/decisions/0026-concurrency-and-rate-limits.md).
+lock_lease_ends = select(columns.scheduledAt).where(by_lock)
 # A released message must come back as a redelivery, and redelivery is read as
 # scheduledAt != scheduledAtInitially. They can only match when released with no
 # delay in the very millisecond it first came due: then make it due 1 ms earlier,
