@@ -6,20 +6,26 @@ counter. Two replicas: tests/concurrency/test_limits_replicas.py."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from urllib.parse import unquote
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
 
 from app.domain.messages import Limit, Offer, QueueSettings, Rate
 from app.main import create_app
 from app.storage.tables import delivery_starts
 from tests.conftest import START_MS
+from tests.contract.test_bounds import LONG, MARGIN, SHORT, bounded_client
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
 from tests.contract.test_push import service_for
 from tests.helpers import keys_of, poll, put, settings_rows, stored_rows
+from tests.locking import database_name
 from tests.push_endpoint import Answer, running_endpoint
 
 EMPTY_POLL = {"lock_id": None, "messages": []}
@@ -404,6 +410,55 @@ def test_a_claim_reads_the_limits_as_stored_now(store):
     store.settings.put(QueueSettings("q", updated_at=START_MS, max_leased=1))
     store.messages.offer_many("q", [Offer(f"k{i}", b"1", START_MS) for i in range(4)], START_MS)
     assert len(_poll(store, cached, START_MS).deliveries) == 1
+
+
+# -- a turn that cannot be had ----------------------------------------------------------
+
+
+@contextmanager
+def settings_row_locked(url: str, queue: str) -> Iterator[None]:
+    """Another session holds `queue`'s settings row FOR UPDATE (on SQLite, the database's
+    write lock) until the block ends, as a claim stuck in its turn would."""
+    name = database_name(url)
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if name == "sqlite" else "BEGIN")
+            if name != "sqlite":
+                quote = '"' if name == "postgresql" else "`"
+                connection.execute(
+                    text(
+                        f"SELECT {quote}maxLeased{quote} FROM queue_settings WHERE queue = :q FOR UPDATE"
+                    ),
+                    {"q": queue},
+                )
+            try:
+                yield
+            finally:
+                connection.exec_driver_sql("ROLLBACK")
+    finally:
+        engine.dispose()
+
+
+def test_a_claim_or_an_extend_that_cannot_have_its_turn_answers_503_and_changes_nothing(
+    database,
+):
+    with bounded_client(database, lock_timeout=SHORT, statement_timeout=LONG) as client:
+        configure(client, max_leased=2)
+        offer(client, 2)
+        held = poll(client, "q", lease=60)
+        with settings_row_locked(database.url, "q"):
+            for request in (
+                lambda: client.post("/v1/queues/q/poll", json={"max": 1}),
+                lambda: extend(client, held["lock_id"]),
+            ):
+                started = time.monotonic()
+                answer = request()
+                assert answer.status_code == 503, answer.text
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert time.monotonic() - started <= SHORT + MARGIN
+        assert client.get("/v1/queues/q").json()["leased"] == 1
+        assert keys_of(poll(client, "q", lease=60)) == ["k01"]  # the turn is free again
 
 
 # -- push -----------------------------------------------------------------------------
