@@ -6,6 +6,7 @@ counter. Two replicas: tests/concurrency/test_limits_replicas.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -485,3 +486,35 @@ def test_push_obeys_max_leased(clean_database, clock):
         assert endpoint.most_in_flight == 2
         keys = {unquote(request.headers["hourglass-key"]) for request in endpoint.requests}
         assert keys == {f"k{index:02d}" for index in range(6)}
+
+
+def test_push_obeys_the_rate(clean_database, clock):
+    with (
+        running_endpoint() as endpoint,
+        service_for(clean_database, clock, endpoint.prefix) as (service),
+    ):
+        # The pusher's claims that the rate cut short, as they happen.
+        queue_service = service.client.app.state.service
+        counted, held_back = queue_service.events.held_back, threading.Event()
+
+        def held(queue: str, limit: Limit) -> None:
+            counted(queue, limit)
+            if limit is Limit.RATE:
+                held_back.set()
+
+        queue_service.events.held_back = held
+        service.configure(
+            rate={"limit": 2, "period": 10},
+            push={"url": endpoint.url(), "timeout": 30, "concurrency": 5},
+        )
+        offer(service.client, 5)
+        service.settled.wait_for(2)
+        assert held_back.wait(10)  # the pusher asks for more, and the window has no room
+        assert len(endpoint.requests) == 2
+        assert service.client.get("/v1/queues/q").json()["ready"] == 3
+        held_back.clear()
+        clock.advance(10)  # the first two leave the window: two more begin
+        keys = [key for _, key, _ in service.settled.wait_for(4)]
+        assert held_back.wait(10)
+        assert len(endpoint.requests) == 4
+        assert sorted(keys) == ["k00", "k01", "k02", "k03"]
