@@ -45,7 +45,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from app import __version__
 from app.clock import Clock, SystemClock
 from app.domain.errors import StorageUnavailable
-from app.domain.messages import Lease, Outcome, QueueStats
+from app.domain.messages import Lease, Limit, Outcome, QueueStats
 from app.domain.table_health import TableHealth
 from app.table_health import TableHealthGauges
 
@@ -189,6 +189,14 @@ class Metrics:
             ["queue", "result"],
             registry=self.registry,
         )
+        self._held_back = Counter(
+            "hourglass_polls_held_back",
+            "Polls (and push claims) that took less than they asked for, possibly nothing, "
+            "because a queue limit left no more room: max_leased or rate (counted once per "
+            "poll, however long it waited)",
+            ["queue", "limit"],
+            registry=self.registry,
+        )
         self._lateness = Histogram(
             "hourglass_delivery_lateness_seconds",
             "First delivery minus the time it was due",
@@ -302,6 +310,10 @@ class Metrics:
 
     def dead_lettered(self, queue: str, count: int) -> None:
         self._series(self._dead_lettered, self.queues.label_for_write(queue)).inc(count)
+
+    def held_back(self, queue: str, limit: Limit) -> None:
+        # Only a queue with settings of its own has a limit: it has series of its own.
+        self._series(self._held_back, self.queues.label_for_write(queue), limit.value).inc()
 
     # -- what the push dispatcher reports (PushEvents) ------------------------------------
 

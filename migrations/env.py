@@ -26,9 +26,13 @@ def _database_url() -> str:
 
 def _include_object(item, _name, type_, reflected, _compare_to) -> bool:
     """Whether autogenerate compares `item`: not an index the code declares for another
-    database only (`info["only_on"]`, app/storage/tables.py)."""
+    database only, or others only (`info["only_on"]`, a name or a tuple of them:
+    app/storage/tables.py)."""
     only_on = item.info.get("only_on") if type_ == "index" and not reflected else None
-    return only_on is None or only_on == context.get_context().dialect.name
+    if only_on is None:
+        return True
+    dialect = context.get_context().dialect.name
+    return dialect in only_on if isinstance(only_on, tuple) else only_on == dialect
 
 
 def run_migrations_offline() -> None:

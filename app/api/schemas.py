@@ -47,6 +47,7 @@ from app.domain.messages import (
     DEFAULT_GROUP_CONCURRENCY,
     DEFAULT_PRIORITY,
     MAX_GROUP_CONCURRENCY,
+    MAX_LEASED_LIMIT,
     MAX_PRIORITY,
     MAX_WAIT_SECONDS,
     Finish,
@@ -76,6 +77,9 @@ MAX_LOCK_KEYS = MAX_POLL
 # Retry delays grow by at most this factor per delivery.
 MAX_RETRY_MULTIPLIER = 100
 MAX_DELIVERIES_LIMIT = 1000
+# A queue's rate (docs/flow-control.md): deliveries per window, and the window's length.
+MAX_RATE_LIMIT = 100_000
+MAX_RATE_PERIOD_SECONDS = 24 * 3600
 
 QueueName = Annotated[
     str, Path(pattern=QUEUE_PATTERN, description="Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}`")
@@ -148,6 +152,10 @@ MaxDeliveries = Annotated[
     int, Strict(), Field(ge=1, le=MAX_DELIVERIES_LIMIT), BeforeValidator(_whole_number)
 ]
 RedriveMax = Annotated[int, Strict(), Field(ge=1), BeforeValidator(_whole_number)]
+MaxLeased = Annotated[
+    int, Strict(), Field(ge=1, le=MAX_LEASED_LIMIT), BeforeValidator(_whole_number)
+]
+RateLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_RATE_LIMIT), BeforeValidator(_whole_number)]
 Priority = Annotated[
     int,
     Strict(),
@@ -517,6 +525,23 @@ class PushResponse(BaseModel):
     concurrency: int
 
 
+class RateSettings(_Request):
+    """A queue's rate: in any window of `period` seconds, at most `limit` deliveries begin,
+    across every replica and process (docs/flow-control.md)."""
+
+    limit: RateLimit = Field(description="Deliveries begun per window, at most")
+    period: Number = Field(
+        ge=0.001,
+        le=MAX_RATE_PERIOD_SECONDS,
+        description="The window's length in seconds (whole milliseconds)",
+    )
+
+
+class RateResponse(BaseModel):
+    limit: int
+    period: float = Field(description="Seconds")
+
+
 class QueueSettingsRequest(_Request):
     """Body of `PUT …/settings`: a field left out (or null) goes back to its default."""
 
@@ -551,6 +576,17 @@ class QueueSettingsRequest(_Request):
         description=f"How many messages of one group are leased at once (default: "
         f"{DEFAULT_GROUP_CONCURRENCY}); a lower one takes effect as leases end",
     )
+    max_leased: MaxLeased | None = Field(
+        None,
+        description="Messages of the queue leased at once, at most, across every replica and "
+        "process: a poll takes what is left (possibly nothing), a long poll waits for room "
+        "(default: no bound)",
+    )
+    rate: RateSettings | None = Field(
+        None,
+        description="Deliveries begun per window, at most, across every replica and process "
+        "(default: no bound)",
+    )
 
 
 class QueueSettingsResponse(BaseModel):
@@ -563,6 +599,8 @@ class QueueSettingsResponse(BaseModel):
     retry: RetryResponse | None = Field(description="null: released messages are due at once")
     push: PushResponse | None = Field(description="null: the queue does not push")
     group_concurrency: int = Field(description="Messages of one group leased at once, at most")
+    max_leased: int | None = Field(description="null: no bound on messages leased at once")
+    rate: RateResponse | None = Field(description="null: no bound on deliveries per window")
     updated_at: Timestamp | None = Field(description="null: the queue has never been configured")
 
 

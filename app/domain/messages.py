@@ -122,6 +122,12 @@ class Claim:
     exhausted: int = 0
     # The delivered rows as they were, to give them back when nobody receives them.
     before: tuple[Claimed, ...] = ()
+    # A queue limit that cut this look short (docs/flow-control.md), or None: it took all
+    # the room the limit left, less than it asked for (possibly nothing).
+    held_back_by: Limit | None = None
+    # When that limit next has room by time alone (epoch ms: a lease running out, the rate's
+    # window moving on), or None when only an acknowledgement or a release frees it.
+    room_at: int | None = None
 
 
 # What one message adds to a poll's answer besides its payload, at most: its other
@@ -288,10 +294,29 @@ class PushTarget:
     concurrency: int = 4
 
 
+class Limit(StrEnum):
+    """The queue limits that bound how much a queue delivers (docs/flow-control.md)."""
+
+    MAX_LEASED = "max_leased"
+    RATE = "rate"
+
+
+# A queue's `max_leased`: messages leased at once across every replica and process.
+MAX_LEASED_LIMIT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A queue's rate: in any window of `period_ms`, at most `limit` deliveries begin."""
+
+    limit: int
+    period_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """A queue's own settings; None means the default (service lease, no limit, `{queue}.dead`,
-    released messages due at once, no push)."""
+    released messages due at once, no push, no bound on leases at once or on the rate)."""
 
     queue: str
     default_lease_ms: int | None = None
@@ -305,6 +330,14 @@ class QueueSettings:
     @property
     def effective_group_concurrency(self) -> int:
         return self.group_concurrency or DEFAULT_GROUP_CONCURRENCY
+
+    max_leased: int | None = None
+    rate: Rate | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a limit bounds the queue's deliveries (its claims then serialize)."""
+        return self.max_leased is not None or self.rate is not None
 
     @property
     def effective_dead_letter_queue(self) -> str:

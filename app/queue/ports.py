@@ -12,6 +12,7 @@ from app.domain.messages import (
     Claimed,
     Finish,
     Lease,
+    Limit,
     Message,
     Offer,
     OfferOutcome,
@@ -88,6 +89,10 @@ class Leases(Protocol):
     ) -> list[str]: ...
 
     async def extend(self, queue: str, lock_id: str, until: int) -> int: ...
+
+    async def extend_within_limits(
+        self, queue: str, lock_id: str, lease_ms: int, clock: Callable[[], int]
+    ) -> tuple[int | None, int]: ...
 
     async def give_back(self, queue: str, lock_id: str, claimed: Sequence[Claimed]) -> int: ...
 
@@ -211,6 +216,8 @@ class QueueEvents(Protocol):
 
     def dead_lettered(self, queue: str, count: int) -> None: ...
 
+    def held_back(self, queue: str, limit: Limit) -> None: ...
+
 
 class Unobserved:
     """Events nobody listens to."""
@@ -228,4 +235,7 @@ class Unobserved:
         pass
 
     def dead_lettered(self, queue: str, count: int) -> None:
+        pass
+
+    def held_back(self, queue: str, limit: Limit) -> None:
         pass

@@ -30,6 +30,7 @@ from app.domain.messages import (
     Claimed,
     KeyedOutcome,
     Lease,
+    Limit,
     Message,
     Offer,
     OfferRequest,
@@ -40,6 +41,7 @@ from app.domain.messages import (
     QueueSettings,
     QueueStats,
     RandomSource,
+    Rate,
     Redrive,
     RetryPolicy,
     State,
@@ -75,6 +77,10 @@ PAUSE_CACHE_SECONDS = 0.25
 # A poll of a paused queue that was woken (an offer, or on PostgreSQL a resume through
 # another replica) trusts a read of the pause at most this old.
 WOKEN_PAUSE_SECONDS = 0.02
+# A waiting poll held back by a limit looks again when the limit has room by time (a lease
+# runs out, the rate's window moves on), but no sooner than this: a time already past
+# (written by a replica whose clock is ahead) makes no busy loop.
+_ROOM_RECHECK_SECONDS = 0.005
 # Looks in a row that may find only messages to dead-letter before a poll answers.
 _DEAD_LETTER_LOOKS = 10
 # Queue names are at most this long (the column's size).
@@ -284,9 +290,12 @@ class QueueService:
         if wait_seconds <= 0:
             if await self.paused(queue):
                 return None
-            return await self._claim(queue, settings, limit, lease_ms)
+            look = await self._claim_undoable(queue, settings, limit, lease_ms)
+            self._held_back(queue, look)
+            return look.lease
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
+        held_back: Limit | None = None
         with self.notifier.subscription(queue):
             first_look, woken = True, False
             while True:
@@ -307,7 +316,11 @@ class QueueService:
                     await self.notifier.wait(ticket, min(remaining, PAUSE_CACHE_SECONDS))
                     woken = ticket.is_set()
                     continue
-                lease, before = await self._claim_undoable(queue, settings, limit, lease_ms)
+                look = await self._claim_undoable(queue, settings, limit, lease_ms)
+                lease = look.lease
+                if look.held_back_by is not None and held_back is None:
+                    held_back = look.held_back_by
+                    self._held_back(queue, look)  # once per poll, however many looks
                 if lease is not None and abandoned is not None and await abandoned():
                     # The caller hung up while this look claimed (a worker stopping cuts
                     # its waiting poll short): give the messages back as they were, now,
@@ -315,29 +328,38 @@ class QueueService:
                     # a delivery counted that nobody received.
                     lock_id = lease.lock_id
                     await self._run(
-                        queue, partial(self.storage.leases.give_back, queue, lock_id, before)
+                        queue, partial(self.storage.leases.give_back, queue, lock_id, look.before)
                     )
                     self.notifier.notify(queue)
                     return None
                 remaining = deadline - loop.time()
                 if lease is not None or remaining <= 0 or self.notifier.closed:
                     return lease
-                next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
                 timeout = min(remaining, self.poll_recheck_seconds)
+                if look.held_back_by is not None:
+                    # Due messages wait for room: a lease ending (acknowledged, released or
+                    # run out) or the rate's window moving on. Wake for the first; look
+                    # again at the second's time (docs/flow-control.md).
+                    if look.room_at is not None:
+                        until_room = (look.room_at - self.clock.now_ms()) / 1000
+                        timeout = min(timeout, max(until_room, _ROOM_RECHECK_SECONDS))
+                    await self.notifier.wait(ticket, timeout)
+                    continue
+                next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
                 if next_due is not None:
                     until_due = (next_due - self.clock.now_ms()) / 1000
                     timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
                 await self.notifier.wait(ticket, timeout)
 
-    async def _claim(
-        self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
-    ) -> Lease | None:
-        return (await self._claim_undoable(queue, settings, limit, lease_ms))[0]
+    def _held_back(self, queue: str, look: _Look) -> None:
+        if look.held_back_by is not None:
+            self.events.held_back(queue, look.held_back_by)
 
     async def _claim_undoable(
         self, queue: str, settings: QueueSettings, limit: int, lease_ms: int
-    ) -> tuple[Lease | None, tuple[Claimed, ...]]:
-        """`_claim`, with the delivered rows as they were before (to give them back)."""
+    ) -> _Look:
+        """A look: a lease of up to `limit` due messages (or None), with the delivered rows
+        as they were before (to give them back), and the limit that held it back."""
         for _ in range(_DEAD_LETTER_LOOKS):
             now = self.clock.now_ms()
             lock_id = str(uuid.uuid4())
@@ -361,12 +383,14 @@ class QueueService:
                 self.keeper.changed(queue)
             if any(delivery.message.group is not None for delivery in claim.deliveries):
                 self.keeper.saw_groups(queue)
+            held_back = (claim.held_back_by, claim.room_at)
             if claim.deliveries:
-                return Lease(lock_id, expires_at, tuple(claim.deliveries)), claim.before
+                lease = Lease(lock_id, expires_at, tuple(claim.deliveries))
+                return _Look(lease, claim.before, *held_back)
             if not claim.exhausted:
-                return None, ()
+                return _Look(None, (), *held_back)
             # Everything due it found was past its limit: more may be due behind.
-        return None, ()
+        return _Look(None, ())
 
     async def acknowledge(self, queue: str, lock_id: str) -> None:
         """Delete what the lock still holds."""
@@ -376,6 +400,7 @@ class QueueService:
         )
         self.keeper.changed(queue)
         self.events.acknowledged(queue, count)
+        self._leases_ended(queue)
 
     async def acknowledge_before_poll(
         self, queue: str, lock_id: str, keys: Sequence[str] | None = None
@@ -397,14 +422,36 @@ class QueueService:
         if deleted:
             self.keeper.changed(queue)
             self.events.acknowledged(queue, len(deleted))
+            self._leases_ended(queue)
         return KeyedOutcome(tuple(deleted), ())
 
     async def extend(self, queue: str, lock_id: str, lease_seconds: float) -> int:
-        """Make the lease end `lease_seconds` from now; the new end (epoch ms)."""
-        until = self.clock.now_ms() + round(lease_seconds * 1000)
-        await self._on_lock(
-            queue, lock_id, partial(self.storage.leases.extend, queue, lock_id, until)
+        """Make the lease end `lease_seconds` from now; the new end (epoch ms).
+
+        In a queue with `max_leased`, a lease that has run out (no poll has retaken its
+        messages yet) is made leased again only while the limit has room for it, else
+        LockNotFound, as for a lock another poll took over (docs/flow-control.md)."""
+        lease_ms = round(lease_seconds * 1000)
+        if (await self.settings(queue)).max_leased is None:
+            until = self.clock.now_ms() + lease_ms
+            await self._on_lock(
+                queue, lock_id, partial(self.storage.leases.extend, queue, lock_id, until)
+            )
+            return until
+        if not _LOCK_ID.fullmatch(lock_id):  # never issued: it holds nothing
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
+        extend = self.storage.leases.extend_within_limits
+        extended, until = await self._run(
+            queue, partial(extend, queue, lock_id, lease_ms, self.clock.now_ms)
         )
+        if extended is None:
+            raise LockNotFound(
+                f"the lease of lock {lock_id!r} in queue {queue!r} ran out, and the queue's "
+                "max_leased leaves no room to lease its messages again: a poll delivers them "
+                "again"
+            )
+        if not extended:
+            raise LockNotFound(f"lock {lock_id!r} holds no message in queue {queue!r}")
         return until
 
     async def acknowledge_keys(self, queue: str, lock_id: str, keys: Sequence[str]) -> KeyedOutcome:
@@ -420,7 +467,17 @@ class QueueService:
         if outcome.done:
             self.keeper.changed(queue)
             self.events.acknowledged(queue, len(outcome.done))
+            self._leases_ended(queue)
         return outcome
+
+    def _leases_ended(self, queue: str) -> None:
+        """Some of the queue's leases ended (acknowledged or released, to be due whenever):
+        wake the polls waiting for room under its `max_leased`, here and in peers. Judged by
+        the settings this process read lately (no read of its own): a queue without the
+        limit tells nobody more than before."""
+        cached = self._settings.fresh(queue)
+        if cached is not None and cached[0].max_leased is not None:
+            self.notifier.notify(queue)
 
     async def release(
         self,
@@ -445,6 +502,7 @@ class QueueService:
         self.events.released(queue, count)
         # Each by its own retry delay: any of them may be due soon.
         self.notifier.notify(queue, due if isinstance(due, int) else None)
+        self._leases_ended(queue)
 
     async def release_keys(
         self,
@@ -469,6 +527,7 @@ class QueueService:
             self.keeper.changed(queue)
             self.events.released(queue, len(outcome.done))
             self.notifier.notify(queue, due if isinstance(due, int) else None)
+            self._leases_ended(queue)
         return outcome
 
     async def _due_after_release(
@@ -603,6 +662,8 @@ class QueueService:
         retry: RetryPolicy | None = None,
         push: PushTarget | None = None,
         group_concurrency: int | None = None,
+        max_leased: int | None = None,
+        rate: Rate | None = None,
         may_use: QueueFilter = every_queue,
     ) -> QueueSettings:
         """Replace the queue's settings; fields left out go back to their defaults.
@@ -623,6 +684,8 @@ class QueueService:
             retry=retry,
             push=push,
             group_concurrency=group_concurrency,
+            max_leased=max_leased,
+            rate=rate,
         )
         if (
             max_deliveries is not None
@@ -687,6 +750,17 @@ class QueueService:
     async def _run(self, queue: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` on behalf of `queue`: it waits for a turn only that queue's calls hold."""
         return await self.calls.run(call, queue)
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one look of a poll found: a lease or None, the delivered rows as they were,
+    and the queue limit that held it back, with when that limit has room by time alone."""
+
+    lease: Lease | None
+    before: tuple[Claimed, ...]
+    held_back_by: Limit | None = None
+    room_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from app.domain.messages import (
     Claimed,
     Delivery,
     Finish,
+    Limit,
     Message,
     QueueFilter,
     QueueSettings,
@@ -84,6 +85,11 @@ class SqlLeases:
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see leases' claim_values in app/storage/statements).
+
+        With `max_leased` or a `rate` in `settings`, the claim takes turns with every other
+        claim of the queue and takes at most the room the limits leave (as stored now:
+        docs/decisions/0026-concurrency-and-rate-limits.md); the Claim says which limit
+        held it back, and when that limit has room again by time alone.
         """
         max_deliveries = settings.max_deliveries if settings else None
         parameters: dict[str, Any] = {
@@ -98,16 +104,26 @@ class SqlLeases:
             parameters["max_deliveries"] = max_deliveries
             parameters["dead_lock_id"] = str(uuid.uuid4())
             parameters["dead_hold_until"] = now + _DEAD_LETTER_HOLD_MS
-        run = (
-            self.runner.autocommit
-            if self.dialect.claims_in_one_statement
-            else self.runner.transaction
-        )
+        held_back: tuple[Limit | None, int | None] = (None, None)
+        if settings is not None and settings.limited:
 
-        async def claim(connection: Connection) -> list[claims.ClaimedRow]:
-            return await self.dialect.claim(connection, parameters)
+            async def limited(
+                connection: Connection,
+            ) -> tuple[list[claims.ClaimedRow], tuple[Limit | None, int | None]]:
+                return await self._claim_within_limits(connection, parameters, max_deliveries)
 
-        claimed = await run(claim)
+            claimed, held_back = await self.runner.transaction(limited)
+        else:
+            run = (
+                self.runner.autocommit
+                if self.dialect.claims_in_one_statement
+                else self.runner.transaction
+            )
+
+            async def claim(connection: Connection) -> list[claims.ClaimedRow]:
+                return await self.dialect.claim(connection, parameters)
+
+            claimed = await run(claim)
         try:
             claimed = await self._with_payloads(claimed, lock_id, max_deliveries)
         except StorageUnavailable:
@@ -131,8 +147,59 @@ class SqlLeases:
                 log.warning("dead-lettering in %r failed, tried again later: %s", queue, error)
         before = tuple(_before(row) for row in claimed if row.delivered(max_deliveries))
         return Claim(
-            deliveries, dead_lettered, exhausted=len(claimed) - len(deliveries), before=before
+            deliveries,
+            dead_lettered,
+            exhausted=len(claimed) - len(deliveries),
+            before=before,
+            held_back_by=held_back[0],
+            room_at=held_back[1],
         )
+
+    async def _claim_within_limits(
+        self, connection: Connection, parameters: dict[str, Any], max_deliveries: int | None
+    ) -> tuple[list[claims.ClaimedRow], tuple[Limit | None, int | None]]:
+        """The claim of a queue with limits, in its transaction: the settings row locked
+        (claims of the queue take turns), the room each limit leaves counted, at most that
+        claimed, and the deliveries begun written to the rate's ledger. With the rows, the
+        limit that held the claim back (it took all the room it had, less than asked) and
+        when that limit has room again by time alone (None: only when a lease ends early)."""
+        statements = self.statements
+        queue, now, asked = parameters["queue"], parameters["now"], parameters["limit"]
+        limits = (await connection.execute(statements.limits_lock, {"queue": queue})).first()
+        if limits is None:  # its settings went since they were read: no limits now
+            return await self.dialect.claim(connection, parameters), (None, None)
+        # Each limit's room and when it grows by time alone (None: only by an
+        # acknowledgement or a release): the claim takes the smallest.
+        rooms: list[tuple[int, Limit, int | None]] = []
+        if limits.maxLeased is not None:
+            leased, first_end = (
+                await connection.execute(statements.limits_leased, {"queue": queue, "now": now})
+            ).first()
+            rooms.append((max(0, limits.maxLeased - leased), Limit.MAX_LEASED, first_end))
+        window = None
+        if limits.rateLimit is not None:
+            window = {"queue": queue, "window_start": now - limits.ratePeriodMs}
+            started, oldest = (await connection.execute(statements.limits_started, window)).first()
+            frees_at = None if oldest is None else oldest + limits.ratePeriodMs
+            rooms.append((max(0, limits.rateLimit - int(started)), Limit.RATE, frees_at))
+        room = min([asked, *(left for left, _, _ in rooms)])
+        claimed = (
+            await self.dialect.claim(connection, {**parameters, "limit": room}) if room else []
+        )
+        if window is not None:
+            begun = sum(1 for row in claimed if row.delivered(max_deliveries))
+            if begun:
+                await connection.execute(
+                    statements.limits_started_insert,
+                    {"queue": queue, "startedAt": now, "deliveries": begun},
+                )
+            await connection.execute(statements.limits_started_prune, window)
+        if room == asked or len(claimed) < room:
+            return claimed, (None, None)  # it took all it found: no limit held it back
+        # The limits that left the least room: it grows once each of them has more.
+        binding = [(limit, at) for left, limit, at in rooms if left == room]
+        times = [at for _, at in binding if at is not None]
+        return claimed, (binding[0][0], max(times) if len(times) == len(binding) else None)
 
     async def _with_payloads(
         self, claimed: list[claims.ClaimedRow], lock_id: str, max_deliveries: int | None
@@ -375,6 +442,40 @@ class SqlLeases:
         return await self.runner.single(
             self.statements.lock_extend, {"queue": queue, "lock_id": lock_id, "until": until}
         )
+
+    async def extend_within_limits(
+        self, queue: str, lock_id: str, lease_ms: int, clock: Callable[[], int]
+    ) -> tuple[int | None, int]:
+        """`extend` in a queue with `max_leased`: it takes its turn with the queue's claims,
+        and makes leased again what `lock_id` holds whose lease has run out only while the
+        limit, as stored now, has room for it. How many messages it extended (None: their
+        lease ran out and there is no room for them, so nothing changed), and the new end.
+
+        The time is read from `clock` once the turn is taken: a claim that went before
+        counted this lease as run out only if it ended by the claim's time, which is no
+        later than this one (docs/decisions/0026-concurrency-and-rate-limits.md)."""
+        statements = self.statements
+
+        async def extend(connection: Connection) -> tuple[int | None, int]:
+            limits = (await connection.execute(statements.limits_lock, {"queue": queue})).first()
+            now = clock()
+            until = now + lease_ms
+            held = {"queue": queue, "lock_id": lock_id, "until": until}
+            if limits is not None and limits.maxLeased is not None:
+                owned = {"queue": queue, "lock_id": lock_id}
+                ends = (await connection.execute(statements.lock_lease_ends, owned)).scalars()
+                lapsed = sum(1 for end in ends if end <= now)
+                if lapsed:
+                    counted = {"queue": queue, "now": now}
+                    leased, _ = (
+                        await connection.execute(statements.limits_leased, counted)
+                    ).first()
+                    if leased + lapsed > limits.maxLeased:
+                        return None, until
+            extended = await connection.execute(statements.lock_extend, held)
+            return extended.rowcount, until
+
+        return await self.runner.transaction(extend)
 
     async def release(self, queue: str, lock_id: str, at: int) -> int:
         """Give back what `lock_id` holds, due again at `at`."""

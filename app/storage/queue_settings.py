@@ -1,11 +1,12 @@
-"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays, push),
-and which queues are paused (docs/decisions/0025-pause-and-resume.md)."""
+"""Each queue's own settings (lease, delivery limit, dead-letter queue, retry delays, push,
+concurrency and rate limits), and which queues are paused
+(docs/decisions/0025-pause-and-resume.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.domain.messages import PushTarget, QueueSettings, RetryPolicy
+from app.domain.messages import PushTarget, QueueSettings, Rate, RetryPolicy
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.runner import Runner
@@ -50,6 +51,12 @@ class SqlSettings:
             "pushTimeoutMs": push.timeout_ms if push else None,
             "pushConcurrency": push.concurrency if push else None,
         }
+        rate = settings.rate
+        limit_columns = {
+            "maxLeased": settings.max_leased,
+            "rateLimit": rate.limit if rate else None,
+            "ratePeriodMs": rate.period_ms if rate else None,
+        }
         values = {
             "new_default_lease_ms": settings.default_lease_ms,
             "new_max_deliveries": settings.max_deliveries,
@@ -62,6 +69,9 @@ class SqlSettings:
             "new_push_timeout_ms": push_columns["pushTimeoutMs"],
             "new_push_concurrency": push_columns["pushConcurrency"],
             "new_group_concurrency": settings.group_concurrency,
+            "new_max_leased": limit_columns["maxLeased"],
+            "new_rate_limit": limit_columns["rateLimit"],
+            "new_rate_period_ms": limit_columns["ratePeriodMs"],
             "now": settings.updated_at,
         }
 
@@ -81,6 +91,7 @@ class SqlSettings:
                         **retry_columns,
                         **push_columns,
                         "groupConcurrency": settings.group_concurrency,
+                        **limit_columns,
                     },
                 )
             # Every group's front is weighed again, by a keeper that reads these settings
@@ -125,7 +136,16 @@ def _settings_of(row: Any) -> QueueSettings:
         retry=_retry_of(row),
         push=_push_of(row),
         group_concurrency=row.groupConcurrency,
+        max_leased=row.maxLeased,
+        rate=rate_of(row),
     )
+
+
+def rate_of(row: Any) -> Rate | None:
+    """The rate a settings row stores (its two columns set together), or None."""
+    if row.rateLimit is None:
+        return None
+    return Rate(limit=row.rateLimit, period_ms=row.ratePeriodMs)
 
 
 def _push_of(row: Any) -> PushTarget | None:

@@ -31,6 +31,8 @@ _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 _PAYLOAD_TYPE = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
 
+# The index of acknowledgements, extends and releases by lock id.
+LOCK_INDEX = "delayed_queue__lock_uuid_id_idx"
 # The index every poll reads (revision 0009; app/storage/statements/leases.py: CLAIM_ORDER).
 POLL_INDEX = "delayed_queue__kind_priority_scheduled_at_id_idx"
 
@@ -72,7 +74,7 @@ delayed_queue = Table(
         "pKey",
         postgresql_ops={"pKey": "varchar_pattern_ops"},
     ),
-    Index("delayed_queue__lock_uuid_id_idx", "lockUuid", "id"),
+    Index(LOCK_INDEX, "lockUuid", "id"),
     # Polls (revision 0009): due messages by priority, highest first, then due time and
     # id; "due" is a prefix of each priority's range (docs/decisions/0017-priorities.md).
     Index(
@@ -117,6 +119,20 @@ cron_run_keys_index = Index(
     postgresql_where=delayed_queue.c.pKey.like(literal_column(f"'{CRON_RUN_KEY_SHAPE}'")),
     info={"only_on": "postgresql"},  # migrations/env.py compares it there only
 ).ddl_if(dialect="postgresql")
+
+# The leased messages of each queue by lease end (revision 0013), on PostgreSQL and
+# SQLite: a claim in a queue with `max_leased` counts the leases that have not run out
+# (docs/decisions/0026-concurrency-and-rate-limits.md). Partial, so an offer (no lock)
+# adds no entry; MariaDB has no partial indexes, and reads its lock index instead.
+LEASED_INDEX = "delayed_queue__kind_leased_until_idx"
+leased_index = Index(
+    LEASED_INDEX,
+    delayed_queue.c.pKind,
+    delayed_queue.c.scheduledAt,
+    postgresql_where=delayed_queue.c.lockUuid.is_not(None),
+    sqlite_where=delayed_queue.c.lockUuid.is_not(None),
+    info={"only_on": ("postgresql", "sqlite")},  # migrations/env.py compares it there only
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 
 # Cron entries (issue 4), one per name within a queue. `schedule` is the
 # schedule's JSON (rule and time zone); `configHash` identifies schedule, zone
@@ -165,6 +181,12 @@ queue_settings = Table(
     Column("pushConcurrency", Integer, nullable=True),
     # Added by revision 0012: how many of one group may be leased at once (null: 1).
     Column("groupConcurrency", Integer, nullable=True),
+    # Added by revision 0013 (docs/decisions/0026-concurrency-and-rate-limits.md): messages
+    # leased at once at most, and deliveries begun per period at most (both rate columns
+    # set, or both null); null: no bound.
+    Column("maxLeased", Integer, nullable=True),
+    Column("rateLimit", Integer, nullable=True),
+    Column("ratePeriodMs", BigInteger, nullable=True),
     PrimaryKeyConstraint("queue", name="queue_settings__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
@@ -202,6 +224,21 @@ queue_pauses = Table(
     Column("queue", String(100), nullable=False),
     Column("pausedAt", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", name="queue_pauses__pk"),
+    **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
+)
+
+# The deliveries begun in queues with a rate (revision 0013): one row per claim that
+# delivered, when (epoch ms) and how many, written in the claim's transaction; a
+# queue's rows older than its period are pruned by its claims
+# (docs/decisions/0026-concurrency-and-rate-limits.md).
+delivery_starts = Table(
+    "delivery_starts",
+    metadata,
+    Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    Column("queue", String(100), nullable=False),
+    Column("startedAt", BigInteger, nullable=False),
+    Column("deliveries", Integer, nullable=False),
+    Index("delivery_starts__queue_started_at_idx", "queue", "startedAt"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 

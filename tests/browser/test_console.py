@@ -300,6 +300,8 @@ def test_settings_are_changed_after_a_confirmation(console, unique):
         "retry": retry,
         "push": None,
         "group_concurrency": 1,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "…",
     }
     console.wait_for_text("#dead-letter-queue", f"{queue}-graveyard")
@@ -673,3 +675,57 @@ def test_the_database_going_away_is_shown_then_forgotten(console, unique):
     finally:
         service.proxy.restore()
     console.wait_for_text('[data-count="messages"] .value', "2", exact=True)
+
+
+@PAGE_ONLY
+def test_a_queues_limits_are_shown_kept_and_changed(console, unique):
+    service = console.service
+    queue = f"limits-{unique}"
+    limits = {"max_leased": 5, "rate": {"limit": 20, "period": 1.5}}
+    answer = service.api.put(f"/v1/queues/{queue}/settings", json=limits)
+    assert answer.status_code == 200, answer.text
+
+    console.open(f"/console/queues/{queue}")
+    console.wait(
+        lambda: console.find('input[name="max_leased"]').get_attribute("value") == "5",
+        "the limits shown",
+    )
+    assert console.find('input[name="rate_limit"]').get_attribute("value") == "20"
+    assert console.find('input[name="rate_period"]').get_attribute("value") == "1.5"
+    # Saving another field keeps them (a PUT replaces every setting).
+    console.type_into('input[name="max_deliveries"]', "7")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait_for_text("#settings-status", "Saved at")
+    settings = service.api.get(f"/v1/queues/{queue}/settings").json()
+    assert (settings["max_deliveries"], settings["max_leased"], settings["rate"]) == (
+        7,
+        5,
+        limits["rate"],
+    )
+
+    # Changed, then emptied: no bound.
+    console.type_into('input[name="max_leased"]', "2")
+    console.type_into('input[name="rate_limit"]', "3")
+    console.type_into('input[name="rate_period"]', "")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: (
+            (settings := service.api.get(f"/v1/queues/{queue}/settings").json())["max_leased"] == 2
+            and settings["rate"] == {"limit": 3, "period": 1.0}
+        ),
+        "the new limits",
+    )
+    console.type_into('input[name="max_leased"]', "")
+    console.type_into('input[name="rate_limit"]', "")
+    console.click('#settings button[type="submit"]')
+    console.answer_dialog(confirm=True)
+    console.wait(
+        lambda: (
+            (settings := service.api.get(f"/v1/queues/{queue}/settings").json())["max_leased"]
+            is None
+            and settings["rate"] is None
+        ),
+        "no limits",
+    )

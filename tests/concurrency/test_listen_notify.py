@@ -186,6 +186,27 @@ def test_a_release_through_one_replica_wakes_a_poll_on_the_other(postgresql_url)
         assert late < PROMPTLY
 
 
+def test_an_acknowledgement_through_one_replica_wakes_a_poll_held_back_by_max_leased_on_the_other(
+    postgresql_url,
+):
+    # docs/flow-control.md: a long poll that max_leased holds back waits for room, and an
+    # acknowledgement through any replica frees it at once (not at the re-check).
+    truncate_all(postgresql_url)
+    with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):
+        settings = first.put("/v1/queues/q/settings", json={"max_leased": 1})
+        assert settings.status_code == 200, settings.text
+        assert put(first, "q", "held", 1).status_code == 201
+        assert put(first, "q", "waiting", 1).status_code == 201
+        lock_id = poll(first, "q", lease=300)["lock_id"]
+
+        def acknowledge() -> None:
+            assert first.delete(f"/v1/queues/q/locks/{lock_id}").status_code == 204
+
+        answer, late = answer_after(pool, second, "q", acknowledge)
+        assert keys_of(answer) == ["waiting"]
+        assert late < PROMPTLY
+
+
 def test_only_messages_due_within_the_longest_wait_are_told_to_peers(postgresql_url):
     truncate_all(postgresql_url)
     with (

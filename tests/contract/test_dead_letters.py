@@ -41,6 +41,8 @@ def test_a_queue_without_settings_has_the_defaults(client):
         "retry": None,
         "push": None,
         "group_concurrency": 1,
+        "max_leased": None,
+        "rate": None,
         "updated_at": None,
     }
 
@@ -55,6 +57,8 @@ def test_settings_are_replaced_whole(client, clock):
         "retry": None,
         "push": None,
         "group_concurrency": 1,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "2026-11-26T09:00:00.000Z",
     }
     assert client.get("/v1/queues/q/settings").json() == body
@@ -68,6 +72,8 @@ def test_settings_are_replaced_whole(client, clock):
         "retry": None,
         "push": None,
         "group_concurrency": 1,
+        "max_leased": None,
+        "rate": None,
         "updated_at": "2026-11-26T09:00:01.000Z",
     }
 

@@ -163,15 +163,15 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
                 finished.set()
 
         async def claim_then_lose_the_caller(*args, **kwargs):
-            lease, before = await original_claim(*args, **kwargs)
-            if lease is not None:
+            look = await original_claim(*args, **kwargs)
+            if look.lease is not None:
                 claimed.set()
                 await asyncio.to_thread(hung_up_closed.wait, RETURNED_EARLY)
                 # Until the server has seen the hang-up (an event, bounded by a deadline).
                 deadline = asyncio.get_running_loop().time() + RETURNED_EARLY
                 while not await callers[0]() and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.01)
-            return lease, before
+            return look
 
         service.poll, service._claim_undoable = tracked_poll, claim_then_lose_the_caller
         body = b'{"wait": 20, "lease": 600}'

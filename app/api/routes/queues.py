@@ -17,13 +17,15 @@ from app.api.schemas import (
     QueueSettingsRequest,
     QueueSettingsResponse,
     QueueStatsResponse,
+    RateResponse,
+    RateSettings,
     RedriveRequest,
     RedriveResponse,
     RetryResponse,
     RetrySettings,
 )
 from app.domain.formats import QUEUE_PATTERN, seconds_to_ms
-from app.domain.messages import PushTarget, QueueSettings, QueueStats, RetryPolicy
+from app.domain.messages import PushTarget, QueueSettings, QueueStats, Rate, RetryPolicy
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 
@@ -124,6 +126,10 @@ def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueS
             url=push.url, timeout=push.timeout_ms / 1000, concurrency=push.concurrency
         ),
         group_concurrency=settings.effective_group_concurrency,
+        max_leased=settings.max_leased,
+        rate=None
+        if settings.rate is None
+        else RateResponse(limit=settings.rate.limit, period=settings.rate.period_ms / 1000),
         updated_at=settings.updated_at,
     )
 
@@ -147,6 +153,13 @@ def _push_target(push: PushSettings | None) -> PushTarget | None:
     return PushTarget(url=push.url, timeout_ms=timeout_ms, concurrency=push.concurrency)
 
 
+def _rate(rate: RateSettings | None) -> Rate | None:
+    if rate is None:
+        return None
+    # At least 1 ms: any period from 0.001 s is accepted.
+    return Rate(limit=rate.limit, period_ms=max(1, seconds_to_ms(rate.period)))
+
+
 @router.get(
     "/{queue}/settings",
     summary="A queue's settings, defaults filled in",
@@ -159,10 +172,12 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 @router.put(
     "/{queue}/settings",
     summary="Replace a queue's settings: default lease, delivery limit, dead-letter queue, "
-    "retry delays, push, group concurrency",
+    "retry delays, push, group concurrency, leases at once and rate",
     description="A field left out goes back to its default. Other replicas apply a change "
     "within 5 seconds. A `push` url must match a prefix of the service's "
-    "HOURGLASS_PUSH_ALLOWED, else `422` (always `422` when that is unset). A token limited to some queues gets `403` when the queue dead letters "
+    "HOURGLASS_PUSH_ALLOWED, else `422` (always `422` when that is unset). `max_leased` and "
+    "`rate` hold across every replica and process on every database the service runs on "
+    "(docs/flow-control.md). A token limited to some queues gets `403` when the queue dead letters "
     "would go to (named, or the default `{queue}.dead`) is outside them.",
     responses=problem_responses(403, 422, 503),
 )
@@ -177,6 +192,8 @@ async def put_settings(
         retry=_retry_policy(body.retry),
         push=_push_target(body.push),
         group_concurrency=body.group_concurrency,
+        max_leased=body.max_leased,
+        rate=_rate(body.rate),
         may_use=allowed,
     )
     return _settings_response(settings, service.default_lease_ms)

@@ -53,7 +53,13 @@ from app.storage.statements.common import (
 from app.storage.statements.cron import build_entry_runs
 from app.storage.statements.groups import build_waiting
 from app.storage.statements.lists import ListReads
-from app.storage.tables import GROUP_INDEX, POLL_INDEX, delivery_history, message_groups
+from app.storage.tables import (
+    GROUP_INDEX,
+    LOCK_INDEX,
+    POLL_INDEX,
+    delivery_history,
+    message_groups,
+)
 from app.storage.tables import delayed_queue as queue_table
 
 _DUPLICATE_ENTRY = 1062
@@ -149,6 +155,11 @@ STATEMENTS: Variants = {
         "claim_candidates": leases.claim_candidates.with_hint(
             queue_table, f"FORCE INDEX ({POLL_INDEX})"
         ),
+        # No partial index of leased messages (revision 0013): a claim in a queue with
+        # `max_leased` reads the messages some lock holds, of every queue, through the
+        # lock index, rather than every message of its queue not yet due through the
+        # poll's (docs/decisions/0026-concurrency-and-rate-limits.md).
+        "limits_leased": leases.limits_leased.with_hint(queue_table, f"FORCE INDEX ({LOCK_INDEX})"),
     },
     "cron": {
         # A cron entry's runs: one range of the unique ("pKey", "pKind") index, as issue

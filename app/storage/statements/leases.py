@@ -17,7 +17,9 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
+    delete,
     func,
+    insert,
     literal_column,
     null,
     select,
@@ -40,6 +42,7 @@ from app.storage.statements.common import (
     waiting_again,
 )
 from app.storage.tables import delayed_queue as queue_table
+from app.storage.tables import delivery_starts, queue_settings
 
 __all__ = [
     "CLAIM_ORDER",
@@ -57,9 +60,15 @@ __all__ = [
     "dead_letter_record",
     "existing_keys",
     "keyed_locks",
+    "limits_leased",
+    "limits_lock",
+    "limits_started",
+    "limits_started_insert",
+    "limits_started_prune",
     "lock_acknowledge",
     "lock_extend",
     "lock_held_rows",
+    "lock_lease_ends",
     "lock_release",
     "message_held",
     "redrive_candidates",
@@ -154,6 +163,37 @@ claim_update_limited = update(queue_table).where(_claimed_ids).ordered_values(*c
 # answer fits (app/storage/claims.py: claim_select_then_update).
 claims: Mapping[tuple[bool, bool], Update] = {}
 
+# A claim in a queue with `max_leased` or `rate` (docs/decisions/0026-concurrency-and-rate-limits.md)
+# runs in one transaction that first locks the queue's settings row: the claims of that
+# queue then take turns on every replica and process, and each reads the limits as they
+# are now, then counts, after the claim before it committed, what they leave room for.
+# Queues without limits never run these: their claim is as it was.
+limits_lock = (
+    select(queue_settings.c.maxLeased, queue_settings.c.rateLimit, queue_settings.c.ratePeriodMs)
+    .where(queue_settings.c.queue == bindparam("queue"))
+    .with_for_update()
+)
+# Its leases that have not run out, and when the first of them does: a message is leased
+# while a lock holds it and its lease (`scheduledAt`) ends after now. Read through the
+# partial index of leased messages (revision 0013), which holds no message waiting to be
+# due (PostgreSQL and SQLite; MariaDB's variant reads its lock index).
+_live_leases = (columns.pKind == bindparam("queue"), columns.lockUuid.is_not(None))
+limits_leased = select(func.count(), func.min(columns.scheduledAt)).where(
+    *_live_leases, columns.scheduledAt > bindparam("now")
+)
+# The deliveries begun in the rate's window (after "window_start", now minus the period),
+# and when the oldest of those rows began; then the claim's own row, and the rows that
+# have left the window pruned, in the same transaction.
+_starts = delivery_starts.c
+_in_window = (_starts.queue == bindparam("queue"), _starts.startedAt > bindparam("window_start"))
+limits_started = select(
+    func.coalesce(func.sum(_starts.deliveries), 0), func.min(_starts.startedAt)
+).where(*_in_window)
+limits_started_insert = insert(delivery_starts)
+limits_started_prune = delete(delivery_starts).where(
+    _starts.queue == bindparam("queue"), _starts.startedAt <= bindparam("window_start")
+)
+
 # A poll that cannot answer gives back a row it took, by id ("claimed_id"), while its
 # lock still holds it: every column the claim set as it was (an expired lease still
 # belongs to its holder until a poll takes it, SPEC §2, so its lock comes back too).
@@ -229,6 +269,10 @@ redrive_move = (
 # Acknowledge, extend, release: whatever the lock still holds in this queue.
 lock_acknowledge = removal(by_lock)
 lock_extend = update(queue_table).where(by_lock).values(scheduledAt=bindparam("until"))
+# When the leases of what a lock holds end: an extend in a queue with `max_leased` revives
+# one already run out only while the limit has room for it
+# (docs/decisions/0026-concurrency-and-rate-limits.md).
+lock_lease_ends = select(columns.scheduledAt).where(by_lock)
 # A released message must come back as a redelivery, and redelivery is read as
 # scheduledAt != scheduledAtInitially. They can only match when released with no
 # delay in the very millisecond it first came due: then make it due 1 ms earlier,

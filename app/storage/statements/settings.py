@@ -47,6 +47,9 @@ settings_update = (
         pushTimeoutMs=bindparam("new_push_timeout_ms"),
         pushConcurrency=bindparam("new_push_concurrency"),
         groupConcurrency=bindparam("new_group_concurrency"),
+        maxLeased=bindparam("new_max_leased"),
+        rateLimit=bindparam("new_rate_limit"),
+        ratePeriodMs=bindparam("new_rate_period_ms"),
         updatedAt=bindparam("now"),
     )
 )

@@ -34,6 +34,7 @@ from hourglass_client.models import (
     PushTarget,
     QueueSettings,
     QueueStats,
+    Rate,
     RedriveResult,
     ReleaseResult,
     RetryPolicy,
@@ -417,9 +418,12 @@ def put_settings(
     retry: RetryPolicy | None = None,
     push: PushTarget | None = None,
     group_concurrency: int | None = None,
+    max_leased: int | None = None,
+    rate: Rate | None = None,
 ) -> Call[QueueSettings]:
     """Replace the queue's settings whole: what is left out (None) goes back to its default
-    (no retry policy, no push, one message of a group leased at once)."""
+    (no retry policy, no push, one message of a group leased at once, no bound on leases
+    at once or on the rate)."""
     body = _present(
         default_lease=None if default_lease is None else seconds(default_lease),
         max_deliveries=max_deliveries,
@@ -427,6 +431,8 @@ def put_settings(
         retry=None if retry is None else retry.to_json(),
         push=None if push is None else push.to_json(),
         group_concurrency=group_concurrency,
+        max_leased=max_leased,
+        rate=None if rate is None else rate.to_json(),
     )
     return Call(
         "PUT",

@@ -374,8 +374,27 @@ class PushTarget:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A queue's rate: in any window of `period` seconds at most `limit` deliveries begin,
+    across every replica of the service."""
+
+    limit: int
+    period: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limit": self.limit, "period": self.period}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Rate | None:
+        if data is None:
+            return None
+        return cls(data["limit"], data["period"])
+
+
+@dataclass(frozen=True)
 class QueueSettings:
-    """A queue's settings as they apply, defaults filled in (`updated_at` None: never set)."""
+    """A queue's settings as they apply, defaults filled in (`updated_at` None: never set;
+    `max_leased` and `rate` None: no bound)."""
 
     queue: str
     default_lease: float
@@ -386,6 +405,8 @@ class QueueSettings:
     push: PushTarget | None = None
     # At most this many messages of one group leased at once (1-1000).
     group_concurrency: int = 1
+    max_leased: int | None = None
+    rate: Rate | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueSettings:
@@ -398,6 +419,8 @@ class QueueSettings:
             _optional_time(data.get("updated_at")),
             PushTarget.from_json(data.get("push")),
             data.get("group_concurrency", 1),
+            data.get("max_leased"),
+            Rate.from_json(data.get("rate")),
         )
 
 

@@ -23,6 +23,7 @@ from hourglass_client import (
     PushTarget,
     QueueSettings,
     QueueStats,
+    Rate,
     RetryPolicy,
     TooLarge,
 )
@@ -376,6 +377,16 @@ def test_a_queues_retry_setting(api, queue):
     assert api.put_settings(queue, retry=policy).retry == policy
     assert api.get_settings(queue).retry == policy
     assert api.put_settings(queue).retry is None
+
+
+def test_a_queues_limits(api, queue):
+    settings = api.put_settings(queue, max_leased=5, rate=Rate(limit=20, period=1.5))
+    assert (settings.max_leased, settings.rate) == (5, Rate(20, 1.5))
+    assert api.get_settings(queue).rate == Rate(20, 1.5)
+    with pytest.raises(Invalid):
+        api.put_settings(queue, max_leased=0)
+    cleared = api.put_settings(queue)
+    assert (cleared.max_leased, cleared.rate) == (None, None)
 
 
 def test_a_queues_push_target(api, queue):

@@ -405,6 +405,10 @@ function settingsSection(context, initial, saved) {
   const pushUrl = h("input", { type: "url", name: "push_url", placeholder: "none: workers poll", spellcheck: false });
   const pushTimeout = h("input", { type: "number", name: "push_timeout", min: 0.001, max: 300, step: "any", placeholder: "10" });
   const pushConcurrency = h("input", { type: "number", name: "push_concurrency", min: 1, max: 100, step: 1, placeholder: "4" });
+  // The limits (docs/flow-control.md): empty means no bound; the rate needs both of its fields.
+  const maxLeased = h("input", { type: "number", name: "max_leased", min: 1, max: 100000, step: 1, placeholder: "no limit" });
+  const rateLimit = h("input", { type: "number", name: "rate_limit", min: 1, max: 100000, step: 1, placeholder: "no limit" });
+  const ratePeriod = h("input", { type: "number", name: "rate_period", min: 0.001, max: 86400, step: "any", placeholder: "1" });
   const status = h("div", { className: "muted", role: "status", id: "settings-status" });
   const field = (label, input, hint) =>
     h("label", { className: "field" }, h("span", {}, label), input, h("small", { className: "muted" }, hint));
@@ -423,6 +427,16 @@ function settingsSection(context, initial, saved) {
     pushUrl.value = push ? push.url : "";
     pushTimeout.value = push ? String(push.timeout) : "";
     pushConcurrency.value = push ? String(push.concurrency) : "";
+    maxLeased.value = settings.max_leased === null ? "" : String(settings.max_leased);
+    const rate = settings.rate;
+    rateLimit.value = rate ? String(rate.limit) : "";
+    ratePeriod.value = rate ? String(rate.period) : "";
+  }
+
+  // A limit, or no rate; the period left empty is a second.
+  function rateBody() {
+    if (rateLimit.value === "") return null;
+    return { limit: Number(rateLimit.value), period: ratePeriod.value === "" ? 1 : Number(ratePeriod.value) };
   }
 
   // Both delays, or neither (no policy); the multiplier and jitter left empty take the API's defaults.
@@ -458,6 +472,8 @@ function settingsSection(context, initial, saved) {
       group_concurrency: groupConcurrency.value === "" ? null : Number(groupConcurrency.value),
       retry: retryBody(),
       push: pushBody(),
+      max_leased: maxLeased.value === "" ? null : Number(maxLeased.value),
+      rate: rateBody(),
     };
     await act(context, status, async () => {
       current = await call("PUT", paths.settings(queue), { body, signal: context.signal });
@@ -481,6 +497,9 @@ function settingsSection(context, initial, saved) {
     field("Push to (URL)", pushUrl, "the service POSTs each due message here (a prefix of HOURGLASS_PUSH_ALLOWED); empty: none"),
     field("Push: timeout (seconds)", pushTimeout, "a request not answered by then is released for retry; empty: 10"),
     field("Push: concurrency", pushConcurrency, "requests in flight at once per replica; empty: 4"),
+    field("Max leased", maxLeased, "messages leased at once across every replica, pushes too; empty: no limit"),
+    field("Rate: deliveries", rateLimit, "deliveries begun per window across every replica; empty: no limit"),
+    field("Rate: window (seconds)", ratePeriod, "the window's length; empty: 1"),
     h("div", { className: "actions" }, h("button", { type: "submit", className: "primary" }, "Save settings")),
   );
   show(initial);
