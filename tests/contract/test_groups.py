@@ -222,3 +222,16 @@ def test_a_poll_waiting_behind_a_group_does_not_look_again_and_again(client):
     # Looking every 10 ms, as for due messages other polls hold, would be ~50 claims.
     claims = [sql for sql in sent if sql.lstrip().upper().startswith(("UPDATE", "SELECT"))]
     assert len(claims) < 10, sent
+
+
+def test_groups_and_a_queue_limit_hold_together(client):
+    configure(client, group_concurrency=1, max_leased=2)
+    for group in ("a", "b", "c"):
+        offer(client, f"{group}1", group, START_MS - 2)
+        offer(client, f"{group}2", group, START_MS - 1)
+    first = poll(client, "q", max=10)
+    assert sorted(keys_of(first)) == ["a1", "b1"]  # two at once in all, one per group
+    assert {message["group"] for message in first["messages"]} == {"a", "b"}
+    ack(client, first)
+    # The earliest due of the fronts (a2, b2, c1), two again.
+    assert keys_of(poll(client, "q", max=10)) == ["c1", "a2"]
