@@ -102,6 +102,20 @@ group_index = Index(
     sqlite_where=delayed_queue.c.messageGroup.is_not(None),
 )
 
+# PostgreSQL only (revision 0012): a group's messages in due order, from which the
+# keeper reads each group's first waiting ones with one probe (the index above takes
+# one per priority). Only grouped rows, as the index above.
+GROUP_DUE_INDEX = "delayed_queue__kind_group_scheduled_at_id_idx"
+group_due_index = Index(
+    GROUP_DUE_INDEX,
+    delayed_queue.c.pKind,
+    delayed_queue.c.messageGroup,
+    delayed_queue.c.scheduledAt,
+    delayed_queue.c.id,
+    postgresql_where=delayed_queue.c.messageGroup.is_not(None),
+    info={"only_on": "postgresql"},  # migrations/env.py compares it there only
+).ddl_if(dialect="postgresql")
+
 # PostgreSQL only (revision 0005): the keys of cron runs, in byte order within each
 # queue. A cron entry's runs are one range of keys (app/storage/statements/cron.py: entry_runs),
 # but a range of the unique (pKey, pKind) index follows the database's collation, and

@@ -132,6 +132,15 @@ def upgrade() -> None:
         postgresql_where=_GROUPED,
         sqlite_where=_GROUPED,
     )
+    if op.get_bind().dialect.name == "postgresql":
+        # A group's messages in due order: the keeper's one probe per group for its
+        # first waiting messages.
+        op.create_index(
+            "delayed_queue__kind_group_scheduled_at_id_idx",
+            "delayed_queue",
+            ["pKind", "messageGroup", "scheduledAt", "id"],
+            postgresql_where=_GROUPED,
+        )
     op.create_table(
         "message_groups",
         sa.Column("queue", sa.String(100), nullable=False),
@@ -167,6 +176,8 @@ def downgrade() -> None:
     _drop_triggers(op.get_bind().dialect.name)
     op.drop_table("group_marks")
     op.drop_table("message_groups")
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("delayed_queue__kind_group_scheduled_at_id_idx", table_name="delayed_queue")
     op.drop_index(
         "delayed_queue__kind_group_priority_scheduled_at_id_idx", table_name="delayed_queue"
     )

@@ -50,7 +50,6 @@ from app.domain.messages import (
     PRIORITIES,
     Finish,
     Offer,
-    waiting_priority,
 )
 from app.storage import claims
 from app.storage.connection import Connection
@@ -561,8 +560,9 @@ _entry_runs = build_entry_runs(
 )
 
 # The keeper's pass over many groups (docs/decisions/0027-message-groups.md): their rows
-# made in one statement, and each group's first waiting messages of each priority, one
-# short range of the group index per (group, priority), through a LATERAL subquery.
+# made in one statement, and each group's first waiting messages, whatever their
+# priorities, through a LATERAL subquery: one range of the due-order group index
+# (tables.GROUP_DUE_INDEX) per group, its front's few messages passed over.
 _listed_groups = (
     func.unnest(bindparam("groups", type_=ARRAY(String)))
     .table_valued("message_group", name="listed")
@@ -576,15 +576,12 @@ _groups_enlist = (
     )
     .on_conflict_do_nothing(index_elements=["queue", "messageGroup"])
 )
-_WAITING_PRIORITIES = values(
-    column("priority", SmallInteger), name="waiting_priorities", literal_binds=True
-).data([(waiting_priority(priority),) for priority in PRIORITIES])
 _first_waiting = (
     select(columns.id, columns.scheduledAt, columns.scheduledAtInitially)
     .where(
         in_queue,
         columns.messageGroup == _listed_groups.c.message_group,
-        columns.priority == _WAITING_PRIORITIES.c.priority,
+        columns.priority < 0,  # the group's front (at most its concurrency) is skipped
     )
     .order_by(columns.scheduledAt, columns.id)
     .limit(bindparam("limit"))
@@ -592,7 +589,7 @@ _first_waiting = (
 )
 _groups_waiting = select(
     _listed_groups.c.message_group.label("messageGroup"), *_first_waiting.c
-).select_from(_listed_groups.join(_WAITING_PRIORITIES, true()).join(_first_waiting, true()))
+).select_from(_listed_groups.join(_first_waiting, true()))
 
 # The ids as one array: the direct path has no expanding IN.
 _ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
