@@ -78,6 +78,8 @@ class SqlGroups:
         moving = [row_id for plan in plans.values() for row_id in (*plan.leaving, *plan.entering)]
         if not moving:
             return Settled(groups=len(groups))
+        if statements.group_enter_skipping is not None:
+            return await self._move_skipping(connection, queue, plans, fronts, concurrency)
         ours = set(
             (await connection.execute(statements.group_rows_hold, {"ids": moving})).scalars()
         )
@@ -98,6 +100,51 @@ class SqlGroups:
         for group in unfinished:  # a later pass tries again
             await connection.execute(statements.group_mark, {"queue": queue, "group": group})
         return Settled(len(groups), entered, left, len(unfinished))
+
+    async def _move_skipping(
+        self,
+        connection: Connection,
+        queue: str,
+        plans: dict[str, _Plan],
+        fronts: dict[str, list[Any]],
+        concurrency: int,
+    ) -> Settled:
+        """The moves of `plans` where one statement takes and moves the messages nobody else
+        holds: out of the fronts first, then in while there is room. A waiting message
+        another transaction holds must not be overtaken: any of its group brought in
+        after it goes back at once, and the group is marked for a later pass."""
+        statements = self.statements
+        leaving = [row_id for plan in plans.values() for row_id in plan.leaving]
+        left: set[int] = set()
+        if leaving:
+            moved = await connection.execute(statements.group_leave_skipping, {"ids": leaving})
+            left = set(moved.scalars())
+        wanted: dict[str, list[int]] = {}
+        for group, plan in plans.items():
+            room = concurrency - (len(fronts[group]) - sum(row in left for row in plan.leaving))
+            entering = set(plan.entering)
+            wanted[group] = [row for row in plan.wanted if row in entering][: max(0, room)]
+        entering_ids = [row_id for rows in wanted.values() for row_id in rows]
+        entered: set[int] = set()
+        if entering_ids:
+            moved = await connection.execute(statements.group_enter_skipping, {"ids": entering_ids})
+            entered = set(moved.scalars())
+        back: list[int] = []
+        unfinished: list[str] = []
+        for group, plan in plans.items():
+            skipped = False
+            for row_id in wanted[group]:
+                if row_id not in entered:
+                    skipped = True
+                elif skipped:
+                    back.append(row_id)
+            if skipped or any(row not in left for row in plan.leaving):
+                unfinished.append(group)
+        if back:
+            await connection.execute(statements.group_leave, {"ids": back})
+        for group in unfinished:  # a later pass tries again
+            await connection.execute(statements.group_mark, {"queue": queue, "group": group})
+        return Settled(len(plans), len(entered) - len(back), len(left), len(unfinished))
 
     async def _waiting(
         self, connection: Connection, queue: str, groups: list[str], concurrency: int

@@ -81,7 +81,7 @@ from app.storage.statements.common import (
     is_due,
 )
 from app.storage.statements.cron import build_entry_runs
-from app.storage.statements.groups import build_lists
+from app.storage.statements.groups import build_lists, build_skipping_moves
 from app.storage.statements.leases import build_keyed_locks
 from app.storage.statements.lists import KeyOrder
 from app.storage.tables import cron_run_keys_index, delivery_history, message_groups
@@ -604,6 +604,7 @@ STATEMENTS: Variants = {
         "groups_waiting": _groups_waiting,
         # The lists as arrays (the direct path has no expanding IN).
         **build_lists(_any_of),
+        **build_skipping_moves(_any_of),
     },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error. A batch's

@@ -25,7 +25,9 @@ __all__ = [
     "group_concurrency",
     "group_enlist",
     "group_enter",
+    "group_enter_skipping",
     "group_leave",
+    "group_leave_skipping",
     "group_mark",
     "group_rows_hold",
     "group_waiting",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 # Statements a dialect may leave out: the store then does their work one group at a time.
-OPTIONAL = ("groups_enlist", "groups_waiting")
+OPTIONAL = ("groups_enlist", "groups_waiting", "group_enter_skipping", "group_leave_skipping")
 
 groups = message_groups.c
 marks = group_marks.c
@@ -143,6 +145,30 @@ def build_lists(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
         .values(flipped),
     }
 
+
+def build_skipping_moves(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
+    """The moves into and out of fronts in one statement each, where a database can lock
+    rows in a subquery of the UPDATE (PostgreSQL's variants): each takes the messages of
+    the list ("ids") nobody else holds, moves them, and returns their ids. A statement
+    instead of two (group_rows_hold, then the move) per pass."""
+    flipped: dict[str, Any] = {"priority": literal_column("-1") - columns.priority}
+
+    def moving(*conditions: Any) -> Any:
+        free = (
+            select(columns.id)
+            .where(listed(columns.id, "ids"), *conditions)
+            .with_for_update(skip_locked=True)
+        )
+        return update(queue_table).where(columns.id.in_(free)).values(flipped).returning(columns.id)
+
+    return {
+        "group_enter_skipping": moving(columns.priority < 0),
+        "group_leave_skipping": moving(columns.priority >= 0, columns.lockUuid.is_(None)),
+    }
+
+
+group_enter_skipping: Any = None
+group_leave_skipping: Any = None
 
 _lists = build_lists()
 groups_hold = _lists["groups_hold"]
