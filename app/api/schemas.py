@@ -152,6 +152,9 @@ MaxDeliveries = Annotated[
     int, Strict(), Field(ge=1, le=MAX_DELIVERIES_LIMIT), BeforeValidator(_whole_number)
 ]
 RedriveMax = Annotated[int, Strict(), Field(ge=1), BeforeValidator(_whole_number)]
+GroupConcurrency = Annotated[
+    int, Strict(), Field(ge=1, le=MAX_GROUP_CONCURRENCY), BeforeValidator(_whole_number)
+]
 MaxLeased = Annotated[
     int, Strict(), Field(ge=1, le=MAX_LEASED_LIMIT), BeforeValidator(_whole_number)
 ]
@@ -569,10 +572,8 @@ class QueueSettingsRequest(_Request):
         description="Push the queue's due messages to an HTTP endpoint (default: none; "
         "pollers may take them too)",
     )
-    group_concurrency: int | None = Field(
+    group_concurrency: GroupConcurrency | None = Field(
         None,
-        ge=1,
-        le=MAX_GROUP_CONCURRENCY,
         description=f"How many messages of one group are leased at once (default: "
         f"{DEFAULT_GROUP_CONCURRENCY}); a lower one takes effect as leases end",
     )

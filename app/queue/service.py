@@ -8,6 +8,7 @@ the Notifier, holding no database connection while it waits.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import re
 import uuid
@@ -23,6 +24,7 @@ from app.domain.errors import (
     MessageNotFound,
     PurgeNotConfirmed,
     QueueForbidden,
+    StorageUnavailable,
 )
 from app.domain.messages import (
     DEFAULT_PRIORITY,
@@ -59,6 +61,8 @@ from app.storage.calls import StorageCalls
 from app.storage.schema import head_revision
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 # When a poll finds due messages that other polls hold (SKIP LOCKED), they are
 # usually released within milliseconds; look again after this long.
@@ -196,9 +200,14 @@ class QueueService:
 
     async def _settle(self, queue: str, groups: Sequence[str]) -> None:
         """Bring offered grouped messages to their groups' fronts where there is room,
-        before the offer answers: a poll right after it finds them."""
+        before the offer answers: a poll right after it finds them. The offer has
+        committed, with its marks: should the database fail now, the keeper's next pass
+        does this, and the offer still answers what it did."""
         self.keeper.saw_groups(queue)
-        await self.keeper.settle(queue, sorted(set(groups)))
+        try:
+            await self.keeper.settle(queue, sorted(set(groups)))
+        except StorageUnavailable as error:
+            log.warning("offered messages of %r wait for the keeper's next pass: %s", queue, error)
         self.keeper.changed(queue)  # an update may have moved a message out of another group
 
     async def offer_many(

@@ -23,7 +23,16 @@ from app.storage.store import Storage
 T = TypeVar("T")
 
 # The rooms of a Storage whose methods are wrapped.
-_ROOMS = ("messages", "leases", "cron", "settings", "history", "lists", "table_health")
+_ROOMS = (
+    "messages",
+    "leases",
+    "cron",
+    "settings",
+    "groups",
+    "history",
+    "lists",
+    "table_health",
+)
 
 
 class BlockingStorage:

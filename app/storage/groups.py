@@ -49,9 +49,9 @@ class SqlGroups:
     ) -> Settled:
         statements = self.statements
         of_groups = {"queue": queue, "groups": groups}
-        rows = (await connection.execute(statements.groups_hold, of_groups)).all()
-        if len(rows) < len(groups):  # rows to make first (a group's first pass)
-            missing = sorted(set(groups) - {row[0] for row in rows})
+        held = list((await connection.execute(statements.groups_hold, of_groups)).scalars())
+        if len(held) < len(groups):  # rows to make first (a group's first pass)
+            missing = sorted(set(groups) - set(held))
             if statements.groups_enlist is not None:
                 await connection.execute(statements.groups_enlist, {**of_groups, "groups": missing})
             else:
@@ -59,13 +59,16 @@ class SqlGroups:
                     await connection.execute(
                         statements.group_enlist, {"queue": queue, "group": group}
                     )
-            rows = (await connection.execute(statements.groups_hold, of_groups)).all()
-        if not rows:
+            held = list((await connection.execute(statements.groups_hold, of_groups)).scalars())
+        if not held:
             return Settled()
-        concurrency = rows[0][1] or DEFAULT_GROUP_CONCURRENCY
-        groups = [row[0] for row in rows]
+        groups = held
         of_groups = {"queue": queue, "groups": groups}
         await connection.execute(statements.groups_marks_take, of_groups)
+        # Read after the marks are taken, as everything the pass reads: a change of the
+        # concurrency marks every group of the queue in its own transaction.
+        stored = await connection.execute(statements.group_concurrency, {"queue": queue})
+        concurrency = stored.scalar() or DEFAULT_GROUP_CONCURRENCY
         fronts: dict[str, list[Any]] = {group: [] for group in groups}
         for row in await connection.execute(statements.groups_front, of_groups):
             fronts[row.messageGroup].append(row)
@@ -75,18 +78,16 @@ class SqlGroups:
         empty = [group for group in groups if not fronts[group] and not waiting[group]]
         if empty:
             await connection.execute(statements.groups_drop, {"queue": queue, "groups": empty})
-        moving = [row_id for plan in plans.values() for row_id in (*plan.leaving, *plan.entering)]
-        if not moving:
+        if not any(plan.leaving or plan.entering for plan in plans.values()):
             return Settled(groups=len(groups))
+        moves = _moves(queue, plans)
         if statements.group_enter_skipping is not None:
-            return await self._move_skipping(connection, queue, plans, fronts, concurrency)
-        ours = set(
-            (await connection.execute(statements.group_rows_hold, {"ids": moving})).scalars()
-        )
+            return await self._move_skipping(connection, queue, plans, fronts, moves)
+        ours = set((await connection.execute(statements.group_rows_hold, moves)).scalars())
+        # What the pass holds qualifies still (group_rows_hold): those it moves by id.
         leaving = [row_id for plan in plans.values() for row_id in plan.leaving if row_id in ours]
-        left = 0
         if leaving:
-            left = (await connection.execute(statements.group_leave, {"ids": leaving})).rowcount
+            await connection.execute(statements.group_leave, {"ids": leaving})
         entering: list[int] = []
         unfinished: list[str] = []
         for group, plan in plans.items():
@@ -94,12 +95,11 @@ class SqlGroups:
             entering += enter
             if not finished:
                 unfinished.append(group)
-        entered = 0
         if entering:
-            entered = (await connection.execute(statements.group_enter, {"ids": entering})).rowcount
+            await connection.execute(statements.group_enter, {"ids": entering})
         for group in unfinished:  # a later pass tries again
             await connection.execute(statements.group_mark, {"queue": queue, "group": group})
-        return Settled(len(groups), entered, left, len(unfinished))
+        return Settled(len(groups), len(entering), len(leaving), len(unfinished))
 
     async def _move_skipping(
         self,
@@ -107,27 +107,28 @@ class SqlGroups:
         queue: str,
         plans: dict[str, _Plan],
         fronts: dict[str, list[Any]],
-        concurrency: int,
+        moves: dict[str, Any],
     ) -> Settled:
         """The moves of `plans` where one statement takes and moves the messages nobody else
-        holds: out of the fronts first, then in while there is room. A waiting message
-        another transaction holds must not be overtaken: any of its group brought in
-        after it goes back at once, and the group is marked for a later pass."""
+        holds that still qualify: out of the fronts first, then in while there is room. A
+        waiting message the pass could not take must not be overtaken: any of its group
+        brought in after it goes back at once, and the group is marked for a later pass."""
         statements = self.statements
-        leaving = [row_id for plan in plans.values() for row_id in plan.leaving]
         left: set[int] = set()
-        if leaving:
-            moved = await connection.execute(statements.group_leave_skipping, {"ids": leaving})
+        if moves["leaving"]:
+            moved = await connection.execute(statements.group_leave_skipping, moves)
             left = set(moved.scalars())
         wanted: dict[str, list[int]] = {}
         for group, plan in plans.items():
-            room = concurrency - (len(fronts[group]) - sum(row in left for row in plan.leaving))
+            room = plan.concurrency - (
+                len(fronts[group]) - sum(row in left for row in plan.leaving)
+            )
             entering = set(plan.entering)
             wanted[group] = [row for row in plan.wanted if row in entering][: max(0, room)]
-        entering_ids = [row_id for rows in wanted.values() for row_id in rows]
+        entering_moves = _moves(queue, plans, only=wanted)
         entered: set[int] = set()
-        if entering_ids:
-            moved = await connection.execute(statements.group_enter_skipping, {"ids": entering_ids})
+        if entering_moves["entering"]:
+            moved = await connection.execute(statements.group_enter_skipping, entering_moves)
             entered = set(moved.scalars())
         back: list[int] = []
         unfinished: list[str] = []
@@ -184,7 +185,7 @@ class _Plan:
         plan is done. A front message another transaction holds stays (a poll is leasing
         it); a waiting message another transaction holds stops the rest: those after it
         must not overtake it."""
-        left = sum(row_id in ours for row_id in self.leaving)
+        left = sum(row_id in ours for row_id in self.leaving)  # held: they qualify
         room = self.concurrency - (front_size - left)
         finished = left == len(self.leaving)
         entering = set(self.entering)
@@ -199,6 +200,32 @@ class _Plan:
             moving.append(row_id)
             room -= 1
         return moving, finished
+
+
+def _moves(
+    queue: str, plans: dict[str, _Plan], only: dict[str, list[int]] | None = None
+) -> dict[str, Any]:
+    """The parameters of a pass's holds and moves: the messages to send out of fronts and
+    to bring in (`only` those, for each group, when given), each with the group it was
+    planned in, as (id, group) pairs and, for arrays, as two lists."""
+    leaving = [(row, group) for group, plan in plans.items() for row in plan.leaving]
+    entering = [
+        (row, group)
+        for group, plan in plans.items()
+        for row in (plan.entering if only is None else only[group])
+    ]
+    if only is not None:
+        leaving = []
+    return {
+        "queue": queue,
+        "ids": [row for row, _ in leaving + entering],
+        "leaving": leaving,
+        "entering": entering,
+        "leaving_ids": [row for row, _ in leaving],
+        "leaving_groups": [group for _, group in leaving],
+        "entering_ids": [row for row, _ in entering],
+        "entering_groups": [group for _, group in entering],
+    }
 
 
 def _plan(

@@ -43,6 +43,7 @@ class Inserts:
         self.dialect = dialect
         self.offer_insert = dialect.statements.messages.offer_insert
         self.group_mark = dialect.statements.groups.group_mark
+        self.groups_mark = dialect.statements.groups.groups_mark
 
     async def one(self, connection: Connection, queue: str, offer: Offer, now: int) -> bool:
         """INSERT unless the key exists; whether it went in. A grouped message needs the
@@ -73,8 +74,14 @@ class Inserts:
     async def mark(self, connection: Connection, queue: str, groups: Iterable[str]) -> None:
         """Mark `groups` of `queue` for the keeper, once each, in the transaction that
         inserted their messages (waiting, until the keeper brings them to the front)."""
-        for group in sorted(set(groups)):
-            await connection.execute(self.group_mark, {"queue": queue, "group": group})
+        marked = sorted(set(groups))
+        if not marked:
+            return
+        if self.groups_mark is not None:  # one statement
+            await connection.execute(self.groups_mark, {"queue": queue, "groups": marked})
+        else:  # one statement sent with every group
+            rows = [{"queue": queue, "group": group} for group in marked]
+            await connection.execute(self.group_mark, rows)
 
     def chunks(self, offers: Sequence[Offer]) -> Iterator[Sequence[Offer]]:
         """`offers` in chunks of INSERT_CHUNK, each smaller than the dialect's statement

@@ -76,6 +76,11 @@ class SqlSettings:
         }
 
         async def put(connection: Connection) -> None:
+            stored = await connection.execute(
+                self.statements.settings_select, {"queue": settings.queue}
+            )
+            before = stored.first()
+            concurrency_before = None if before is None else before.groupConcurrency
             updated = await connection.execute(
                 self.statements.settings_update, {"settings_queue": settings.queue, **values}
             )
@@ -94,9 +99,10 @@ class SqlSettings:
                         **limit_columns,
                     },
                 )
-            # Every group's front is weighed again, by a keeper that reads these settings
-            # (docs/decisions/0027-message-groups.md).
-            await connection.execute(self.mark_groups, {"queue": settings.queue})
+            # A changed concurrency: every group's front is weighed again, by a keeper
+            # that reads these settings (docs/decisions/0027-message-groups.md).
+            if concurrency_before != settings.group_concurrency:
+                await connection.execute(self.mark_groups, {"queue": settings.queue})
 
         await self.runner.transaction_over_keys(put, f"on the settings of {settings.queue!r}")
         return settings

@@ -32,6 +32,7 @@ from sqlalchemy import (
     select,
     text,
     true,
+    tuple_,
     update,
     values,
 )
@@ -84,7 +85,12 @@ from app.storage.statements.cron import build_entry_runs
 from app.storage.statements.groups import build_lists, build_skipping_moves
 from app.storage.statements.leases import build_keyed_locks
 from app.storage.statements.lists import KeyOrder
-from app.storage.tables import cron_run_keys_index, delivery_history, message_groups
+from app.storage.tables import (
+    cron_run_keys_index,
+    delivery_history,
+    group_marks,
+    message_groups,
+)
 from app.storage.tables import delayed_queue as queue_table
 
 # One round trip: lock the due rows (skipping those other polls hold), keep those whose
@@ -591,6 +597,18 @@ _groups_waiting = select(
     _listed_groups.c.message_group.label("messageGroup"), *_first_waiting.c
 ).select_from(_listed_groups.join(_first_waiting, true()))
 
+
+def _paired(name: str) -> Any:
+    """statements.groups.paired for the direct path: the (id, group) pairs as two arrays,
+    "<name>_ids" and "<name>_groups", unnested side by side."""
+    pairs = _unnested(
+        f"{name}_pairs",
+        ("id", f"{name}_ids", BigInteger),
+        ("message_group", f"{name}_groups", String),
+    )
+    return tuple_(columns.id, columns.messageGroup).in_(select(pairs.c.id, pairs.c.message_group))
+
+
 # The ids as one array: the direct path has no expanding IN.
 _ids = columns.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
 
@@ -601,10 +619,14 @@ STATEMENTS: Variants = {
         .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
         .on_conflict_do_nothing(index_elements=["queue", "messageGroup"]),
         "groups_enlist": _groups_enlist,
+        "groups_mark": insert(group_marks).from_select(
+            ["queue", "messageGroup"],
+            select(bindparam("queue", type_=String), _listed_groups.c.message_group),
+        ),
         "groups_waiting": _groups_waiting,
         # The lists as arrays (the direct path has no expanding IN).
-        **build_lists(_any_of),
-        **build_skipping_moves(_any_of),
+        **build_lists(_any_of, _paired),
+        **build_skipping_moves(_paired),
     },
     "messages": {
         # The INSERT that skips taken keys, and fails on any other error. A batch's

@@ -13,7 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, literal_column, select, union_all, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    delete,
+    insert,
+    literal_column,
+    or_,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.sql.dml import Insert
 
 from app.domain.messages import PRIORITIES, waiting_priority
@@ -35,6 +46,7 @@ __all__ = [
     "groups_enlist",
     "groups_front",
     "groups_hold",
+    "groups_mark",
     "groups_marks_take",
     "groups_waiting",
     "marked_groups",
@@ -42,7 +54,13 @@ __all__ = [
 ]
 
 # Statements a dialect may leave out: the store then does their work one group at a time.
-OPTIONAL = ("groups_enlist", "groups_waiting", "group_enter_skipping", "group_leave_skipping")
+OPTIONAL = (
+    "groups_enlist",
+    "groups_mark",
+    "groups_waiting",
+    "group_enter_skipping",
+    "group_leave_skipping",
+)
 
 groups = message_groups.c
 marks = group_marks.c
@@ -52,6 +70,9 @@ _queue: Any = bindparam("queue")
 # table mark what leaves or comes back to a front (revision 0012); offers mark the groups
 # of the messages they insert, one mark per group per statement.
 group_mark = insert(group_marks).values(queue=_queue, messageGroup=bindparam("group"))
+# Many groups ("groups") of one queue in one statement, where a dialect has it; else
+# group_mark sent once with every group (an executemany).
+groups_mark: Insert | None = None
 # Every group of a queue marked (its group_concurrency changed), in the settings'
 # transaction: a keeper that takes these marks reads the new concurrency.
 queue_groups_mark = insert(group_marks).from_select(
@@ -105,22 +126,36 @@ def listed(column: Any, name: str) -> Any:
     return column.in_(bindparam(name, expanding=True))
 
 
-def build_lists(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
-    """The keeper's statements over lists of groups ("groups") and of messages ("ids"), as
-    the room and a dialect's variants name them, the lists bound by `listed`.
+def paired(name: str) -> Any:
+    """A message is one of the (id, group) pairs bound as `name` (an expanding IN of
+    pairs): still in the group the keeper planned its move in."""
+    return tuple_(columns.id, columns.messageGroup).in_(bindparam(name, expanding=True))
+
+
+# A move out of a front takes a front message nobody holds; into one, a waiting message;
+# each still in the queue and the group it was planned in (an update or a redrive that
+# committed since the pass read it has moved it, and marked the groups again).
+_LEAVING = (columns.priority >= 0, columns.lockUuid.is_(None), in_queue)
+_ENTERING = (columns.priority < 0, in_queue)
+
+
+def build_lists(
+    listed: Callable[[Any, str], Any] = listed, paired: Callable[[str], Any] = paired
+) -> dict[str, Any]:
+    """The keeper's statements over lists of groups ("groups") and of messages (ids
+    "ids"; (id, group) pairs "leaving" and "entering"), as the room and a dialect's
+    variants name them, bound by `listed` and `paired`.
 
     The groups' rows are held in one order (every keeper takes them so: none waits on one
     that waits on it) and waited for, never skipped: a pass needs them all. The messages
-    to move are held only where nobody else holds them (SKIP LOCKED): a keeper never
-    waits on a message's row. A move flips the stored priority's sign (-1 - p both ways):
-    into a front only a waiting message, out of one only a front message nobody holds."""
+    to move are held only where nobody else holds them (SKIP LOCKED), and only while they
+    still qualify (_LEAVING, _ENTERING): a keeper never waits on a message's row, and
+    what it then moves by id is what it holds. A move flips the stored priority's sign
+    (-1 - p both ways)."""
     of_groups = listed(groups.messageGroup, "groups")
-    messages = listed(columns.id, "ids")
     flipped: dict[str, Any] = {"priority": literal_column("-1") - columns.priority}
     return {
-        # With the queue's group_concurrency (none: the default), read under them: a
-        # change marks every group of the queue in its own transaction.
-        "groups_hold": select(groups.messageGroup, group_concurrency.scalar_subquery())
+        "groups_hold": select(groups.messageGroup)
         .where(groups.queue == _queue, of_groups)
         .order_by(groups.messageGroup)
         .with_for_update(),
@@ -138,32 +173,42 @@ def build_lists(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
             columns.scheduledAtInitially,
         ).where(in_queue, listed(columns.messageGroup, "groups"), columns.priority >= 0),
         "groups_drop": delete(message_groups).where(groups.queue == _queue, of_groups),
-        "group_rows_hold": select(columns.id).where(messages).with_for_update(skip_locked=True),
-        "group_enter": update(queue_table).where(messages, columns.priority < 0).values(flipped),
+        "group_rows_hold": select(columns.id)
+        .where(
+            listed(columns.id, "ids"),  # the index that leads to them
+            or_(
+                and_(paired("leaving"), *_LEAVING),
+                and_(paired("entering"), *_ENTERING),
+            ),
+        )
+        .with_for_update(skip_locked=True),
+        # By id, what the pass holds (group_rows_hold), or a message it brought in and
+        # sends back.
+        "group_enter": update(queue_table)
+        .where(listed(columns.id, "ids"), columns.priority < 0)
+        .values(flipped),
         "group_leave": update(queue_table)
-        .where(messages, columns.priority >= 0, columns.lockUuid.is_(None))
+        .where(listed(columns.id, "ids"), columns.priority >= 0)
         .values(flipped),
     }
 
 
-def build_skipping_moves(listed: Callable[[Any, str], Any] = listed) -> dict[str, Any]:
+def build_skipping_moves(paired: Callable[[str], Any] = paired) -> dict[str, Any]:
     """The moves into and out of fronts in one statement each, where a database can lock
     rows in a subquery of the UPDATE (PostgreSQL's variants): each takes the messages of
-    the list ("ids") nobody else holds, moves them, and returns their ids. A statement
-    instead of two (group_rows_hold, then the move) per pass."""
+    its pairs ("leaving", "entering") nobody else holds that still qualify, moves them,
+    and returns their ids. A statement instead of two (group_rows_hold, then the move)."""
     flipped: dict[str, Any] = {"priority": literal_column("-1") - columns.priority}
 
-    def moving(*conditions: Any) -> Any:
+    def moving(pairs: str, conditions: tuple[Any, ...]) -> Any:
         free = (
-            select(columns.id)
-            .where(listed(columns.id, "ids"), *conditions)
-            .with_for_update(skip_locked=True)
+            select(columns.id).where(paired(pairs), *conditions).with_for_update(skip_locked=True)
         )
         return update(queue_table).where(columns.id.in_(free)).values(flipped).returning(columns.id)
 
     return {
-        "group_enter_skipping": moving(columns.priority < 0),
-        "group_leave_skipping": moving(columns.priority >= 0, columns.lockUuid.is_(None)),
+        "group_enter_skipping": moving("entering", _ENTERING),
+        "group_leave_skipping": moving("leaving", _LEAVING),
     }
 
 
