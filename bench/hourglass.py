@@ -35,20 +35,23 @@ MAX_POLL_BYTES = Settings.model_fields["max_poll_bytes"].default
 # A single offer (app/storage/messages.py).
 OFFER = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority) VALUES (%(pKey)s::VARCHAR, '
-    "%(pKind)s::VARCHAR, %(payload)s, %(scheduledAt)s::BIGINT, "
-    "%(scheduledAtInitially)s::BIGINT, %(createdAt)s::BIGINT, %(priority)s::SMALLINT) ON "
-    'CONFLICT ("pKey", "pKind") DO NOTHING RETURNING delayed_queue."pKey"'
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup") VALUES '
+    "(%(pKey)s::VARCHAR, %(pKind)s::VARCHAR, %(payload)s, %(scheduledAt)s::BIGINT, "
+    "%(scheduledAtInitially)s::BIGINT, %(createdAt)s::BIGINT, %(priority)s::SMALLINT, "
+    '%(messageGroup)s::VARCHAR) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    'delayed_queue."pKey"'
 )
 # A batch's rows as arrays (app/storage/dialects/postgresql.py).
 OFFER_ROWS = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority) SELECT batch.key, %(queue)s::VARCHAR AS '
-    "anon_1, batch.payload, batch.scheduled_at, batch.scheduled_at AS scheduled_at__1, "
-    "%(now)s::BIGINT AS anon_2, batch.priority \nFROM unnest(%(keys)s::VARCHAR[], "
-    "%(payloads)s::BYTEA[], %(scheduled_ats)s::BIGINT[], %(priorities)s::SMALLINT[]) AS "
-    'batch(key, payload, scheduled_at, priority) ON CONFLICT ("pKey", "pKind") DO NOTHING '
-    'RETURNING delayed_queue."pKey"'
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup") SELECT batch.key, '
+    "%(queue)s::VARCHAR AS anon_1, batch.payload, batch.scheduled_at, "
+    "batch.scheduled_at AS scheduled_at__1, %(now)s::BIGINT AS anon_2, "
+    "batch.priority, batch.message_group \nFROM unnest(%(keys)s::VARCHAR[], "
+    "%(payloads)s::BYTEA[], %(scheduled_ats)s::BIGINT[], %(priorities)s::SMALLINT[], "
+    "%(groups)s::VARCHAR[]) AS batch(key, payload, scheduled_at, priority, "
+    'message_group) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    'delayed_queue."pKey"'
 )
 # The poll of one, for a queue without a delivery limit: one range of the poll's index
 # per priority (issue 20), no running sums.
@@ -80,7 +83,7 @@ CLAIM_ONE = (
     'delayed_queue."scheduledAtInitially", delayed_queue."createdAt", '
     "locked.previous_lock_id, locked.previous_deliveries, "
     "locked.previous_first_delivered_at, locked.previous_last_delivered_at, "
-    'delayed_queue."deadLetteredFrom", delayed_queue.priority'
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup"'
 )
 # The poll of more than one: the same, with the running sums that bound the answer.
 CLAIM_MANY = (
@@ -122,7 +125,7 @@ CLAIM_MANY = (
     'picked.previous_scheduled_at, delayed_queue."scheduledAtInitially", '
     'delayed_queue."createdAt", picked.previous_lock_id, picked.previous_deliveries, '
     "picked.previous_first_delivered_at, picked.previous_last_delivered_at, "
-    'delayed_queue."deadLetteredFrom", delayed_queue.priority'
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup"'
 )
 # The acknowledgement with HOURGLASS_HISTORY off.
 ACKNOWLEDGE = (
@@ -344,6 +347,7 @@ class CeilingWorker:
                 "scheduledAtInitially": now,
                 "createdAt": now,
                 "priority": 0,
+                "messageGroup": None,
             },
         )
         assert await cursor.fetchone() is not None
@@ -363,6 +367,7 @@ class CeilingWorker:
                         "payloads": [payload] * rows,
                         "scheduled_ats": [now] * rows,
                         "priorities": [0] * rows,
+                        "groups": [None] * rows,
                     },
                 )
                 await cursor.fetchall()

@@ -182,8 +182,9 @@ def _call(method: str, server: Server, path: str, status: int, **options: Any) -
 
 
 def _make_traffic(server: Server, receiver: PushReceiver) -> None:
-    """Offers, polls (with messages and empty), an acknowledgement, a release, a dead
-    letter, cron runs, a push, 4xx answers, and a connection dropped for want of a head."""
+    """Offers, polls (with messages and empty, and one held back by a limit), an
+    acknowledgement, a release, a dead letter, cron runs, a push, 4xx answers, and a
+    connection dropped for want of a head."""
     _call("PUT", server, "/v1/queues/orders/settings", 200, json={"max_deliveries": 1})
     _call("PUT", server, "/v1/queues/orders/messages/a", 201, json={"payload": 1})
     _call("POST", server, "/v1/queues/orders/batch", 200,
@@ -196,6 +197,14 @@ def _make_traffic(server: Server, receiver: PushReceiver) -> None:
     assert _call("POST", server, "/v1/queues/orders/poll", 200, json={}).json()["messages"] == []
     assert _call("GET", server, "/v1/queues/orders.dead/messages/b", 200).json()["key"] == "b"
     _call("PUT", server, "/v1/queues/ticks/cron/tick", 201, json={"payload": 1, "every": 3600})
+    # A poll held back by a limit: one leased at most, and one is.
+    _call("PUT", server, "/v1/queues/limited/settings", 200, json={"max_leased": 1})
+    _call("POST", server, "/v1/queues/limited/batch", 200,
+          json={"messages": [{"key": "l1", "payload": 1}, {"key": "l2", "payload": 2}]})  # fmt: skip
+    assert (
+        len(_call("POST", server, "/v1/queues/limited/poll", 200, json={}).json()["messages"]) == 1
+    )
+    assert _call("POST", server, "/v1/queues/limited/poll", 200, json={}).json()["messages"] == []
     _call("PUT", server, "/v1/queues/orders/messages/c", 422, json={"payload": 1, "delay": -1})
     _call("GET", server, "/v1/queues/orders/messages/missing", 404)
 
