@@ -218,6 +218,7 @@ async def offer(request: Request) -> Response:
                 "scheduledAtInitially": scheduled_at,
                 "createdAt": now,
                 "priority": asked.priority,
+                "messageGroup": asked.group,
             },
         )
         created = await cursor.fetchone() is not None

@@ -326,13 +326,12 @@ class QueueSettings:
     retry: RetryPolicy | None = None
     push: PushTarget | None = None
     group_concurrency: int | None = None
+    max_leased: int | None = None
+    rate: Rate | None = None
 
     @property
     def effective_group_concurrency(self) -> int:
         return self.group_concurrency or DEFAULT_GROUP_CONCURRENCY
-
-    max_leased: int | None = None
-    rate: Rate | None = None
 
     @property
     def limited(self) -> bool:
@@ -346,9 +345,9 @@ class QueueSettings:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """What a pass of the groups' keeper did: groups passed over, messages brought into fronts and sent out of
-    them, and groups it could not finish (a message it needed was held by another
-    transaction): those it marked again, for a later pass."""
+    """What a pass of the groups' keeper did: groups passed over, messages brought into
+    fronts and sent out of them, and groups it could not finish (a message it needed was
+    held by another transaction): those it marked again, for a later pass."""
 
     groups: int = 0
     entered: int = 0
