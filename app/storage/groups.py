@@ -24,7 +24,14 @@ class SqlGroups:
 
     async def marked(self, limit: int) -> dict[str, list[str]]:
         """The groups of the oldest `limit` marks, by queue, each once."""
-        rows = await self.runner.rows(self.statements.marked_groups, {"limit": limit})
+        # On its own, no transaction around it: every keeper asks this ten times a second,
+        # and a read's transaction held between its statements would be a session in a
+        # transaction that often, for nothing.
+
+        async def read(connection: Connection) -> list[Any]:
+            return (await connection.execute(self.statements.marked_groups, {"limit": limit})).all()
+
+        rows = await self.runner.autocommit(read)
         found: dict[str, dict[str, None]] = {}
         for row in rows:
             found.setdefault(row.queue, {})[row.messageGroup] = None
