@@ -31,8 +31,9 @@ import httpx
 import psycopg
 from sqlalchemy import create_engine
 
-from bench.hourglass import LEASE_SECONDS, ServiceWorker, fresh_database, now_ms
-from bench.http_client import Connection, event_loop_factory
+from bench.hourglass import LEASE_SECONDS, fresh_database, now_ms
+from bench.http_client import event_loop_factory
+from bench.priorities import _analyse, _latencies, _Worker
 from tests.server import running_server
 
 # Message g of a queue: due at `due` + g, in group g % groups (none when groups is 0).
@@ -61,40 +62,6 @@ def _fill(dsn: str, queue: str, count: int, due: int, *, groups: int, prefix: st
                 "count": count,
             },
         )
-
-
-def _analyse(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("VACUUM ANALYZE delayed_queue")
-
-
-class _Worker(ServiceWorker):
-    def __init__(self, port: int, queue: str) -> None:
-        super().__init__(Connection("127.0.0.1", port))
-        self.queue = queue
-
-    async def poll(self, limit: int) -> dict[str, Any]:
-        return await self.http.json(
-            "POST", f"/v1/queues/{self.queue}/poll", {"max": limit, "lease": LEASE_SECONDS}
-        )
-
-    async def ack(self, lock_id: str) -> None:
-        await self.http.json("DELETE", f"/v1/queues/{self.queue}/locks/{lock_id}", expect=(204,))
-
-
-async def _latencies(port: int, queue: str, polls: int) -> list[float]:
-    worker = _Worker(port, queue)
-    timings = []
-    try:
-        for _ in range(polls):
-            started = time.perf_counter()
-            answer = await worker.poll(1)
-            assert answer["messages"], f"nothing due in {queue}"
-            await worker.ack(answer["lock_id"])
-            timings.append(time.perf_counter() - started)
-    finally:
-        await worker.close()
-    return timings
 
 
 async def _drain(port: int, queue: str, total: int, workers_count: int = 4) -> float:

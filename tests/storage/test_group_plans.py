@@ -15,14 +15,12 @@ import pytest
 from sqlalchemy import text
 
 from app.storage.tables import GROUP_DUE_INDEX, GROUP_INDEX, POLL_INDEX
-from tests.conftest import START_MS
 from tests.helpers import fill_queue
-from tests.storage.test_poll_plans import _analysed, _nodes
+from tests.storage.test_poll_plans import NOW, _analysed, _nodes, _parameters
 
 QUEUE = "orders"
 GROUPS = 200
 WAITING = 19_800  # 99 a group
-NOW = START_MS
 
 
 @pytest.fixture
@@ -52,18 +50,6 @@ def grouped_queue(store, clean_database):
     return store
 
 
-def _claim_parameters(limit: int) -> dict[str, Any]:
-    return {
-        "queue": QUEUE,
-        "now": NOW,
-        "limit": limit,
-        "lock_id": str(uuid.uuid4()),
-        "lease_until": NOW + 30_000,
-        "max_bytes": 2**62,
-        "inline_payload_bytes": 1024,
-    }
-
-
 @pytest.mark.parametrize("limit", [1, 100])
 def test_the_claim_reads_the_fronts_only(grouped_queue, limit):
     store = grouped_queue
@@ -73,7 +59,7 @@ def test_the_claim_reads_the_fronts_only(grouped_queue, limit):
             store,
             "EXPLAIN (ANALYZE, FORMAT JSON)",
             store.dialect.statements.leases.claims[False, limit > 1],
-            _claim_parameters(limit),
+            _parameters(limit),
         )
         plan = (json.loads(plans) if isinstance(plans, str) else plans)[0]["Plan"]
         # The candidates' scans (the UPDATE then finds each row by its primary key).
@@ -94,7 +80,7 @@ def test_the_claim_reads_the_fronts_only(grouped_queue, limit):
             store,
             "ANALYZE FORMAT=JSON",
             store.dialect.statements.leases.claim_candidates,
-            _claim_parameters(limit),
+            _parameters(limit),
         )
         [table] = [step["table"] for step in json.loads(analysed)["query_block"]["nested_loop"]]
         assert (table["key"], table["access_type"]) == (POLL_INDEX, "range")
@@ -104,7 +90,7 @@ def test_the_claim_reads_the_fronts_only(grouped_queue, limit):
             store,
             "EXPLAIN QUERY PLAN",
             store.dialect.statements.leases.claim_candidates,
-            _claim_parameters(limit),
+            _parameters(limit),
         )
         plan = "\n".join(str(row[-1]) for row in rows)
         assert f"SEARCH delayed_queue USING INDEX {POLL_INDEX}" in plan, plan
