@@ -117,6 +117,9 @@ class Claim:
     """What one look of a poll did: messages delivered, and keys moved to the dead-letter queue."""
 
     deliveries: list[Delivery]
+    # When their leases end (epoch ms): a claim that waited for its turn on a limited
+    # queue leases from when it claimed, later than the poll asked.
+    lease_until: int
     dead_lettered: int = 0
     # Rows past their delivery limit that this look found (moved, or held for later).
     exhausted: int = 0

@@ -74,6 +74,7 @@ class Leases(Protocol):
         settings: QueueSettings | None = None,
         *,
         max_bytes: int | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> Claim: ...
 
     async def redrive(

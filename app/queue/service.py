@@ -384,6 +384,7 @@ class QueueService:
                     now,
                     settings,
                     max_bytes=self.max_poll_bytes,
+                    clock=self.clock.now_ms,
                 ),
             )
             if claim.dead_lettered:
@@ -394,7 +395,7 @@ class QueueService:
                 self.keeper.saw_groups(queue)
             held_back = (claim.held_back_by, claim.room_at)
             if claim.deliveries:
-                lease = Lease(lock_id, expires_at, tuple(claim.deliveries))
+                lease = Lease(lock_id, claim.lease_until, tuple(claim.deliveries))
                 return _Look(lease, claim.before, *held_back)
             if not claim.exhausted:
                 return _Look(None, (), *held_back)

@@ -77,6 +77,7 @@ class SqlLeases:
         settings: QueueSettings | None = None,
         *,
         max_bytes: int | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> Claim:
         """Lease up to `limit` due messages to `lock_id`, highest priority first, then
         oldest due (then lowest id), while their payloads with
@@ -89,7 +90,10 @@ class SqlLeases:
         With `max_leased` or a `rate` in `settings`, the claim takes turns with every other
         claim of the queue and takes at most the room the limits leave (as stored now:
         docs/decisions/0026-concurrency-and-rate-limits.md); the Claim says which limit
-        held it back, and when that limit has room again by time alone.
+        held it back, and when that limit has room again by time alone. Such a claim
+        reads the time from `clock` (when given) once its turn is taken: one that waited
+        for its turn counts the rate's window, and starts its leases and deliveries, at
+        the time it claims, not at `now` (the Claim's `lease_until` says when they end).
         """
         max_deliveries = settings.max_deliveries if settings else None
         parameters: dict[str, Any] = {
@@ -110,7 +114,9 @@ class SqlLeases:
             async def limited(
                 connection: Connection,
             ) -> tuple[list[claims.ClaimedRow], tuple[Limit | None, int | None]]:
-                return await self._claim_within_limits(connection, parameters, max_deliveries)
+                return await self._claim_within_limits(
+                    connection, parameters, max_deliveries, clock
+                )
 
             claimed, held_back = await self.runner.transaction(limited)
         else:
@@ -133,14 +139,16 @@ class SqlLeases:
         # The claim's order (leases' CLAIM_ORDER), which not every statement keeps.
         claimed.sort(key=lambda row: (-row.priority, row.previous_scheduled_at, row.id))
         deliveries = [
-            _delivery(queue, row, lease_until) for row in claimed if row.delivered(max_deliveries)
+            _delivery(queue, row, parameters["lease_until"])
+            for row in claimed
+            if row.delivered(max_deliveries)
         ]
         dead_lettered = 0
         if len(deliveries) < len(claimed):
             assert settings is not None
             try:
                 dead_lettered = await self._dead_letter(
-                    queue, parameters["dead_lock_id"], settings, now
+                    queue, parameters["dead_lock_id"], settings, parameters["now"]
                 )
             except StorageUnavailable as error:
                 # The deliveries stand; the held rows come back when the hold ends.
@@ -148,6 +156,7 @@ class SqlLeases:
         before = tuple(_before(row) for row in claimed if row.delivered(max_deliveries))
         return Claim(
             deliveries,
+            parameters["lease_until"],
             dead_lettered,
             exhausted=len(claimed) - len(deliveries),
             before=before,
@@ -156,16 +165,30 @@ class SqlLeases:
         )
 
     async def _claim_within_limits(
-        self, connection: Connection, parameters: dict[str, Any], max_deliveries: int | None
+        self,
+        connection: Connection,
+        parameters: dict[str, Any],
+        max_deliveries: int | None,
+        clock: Callable[[], int] | None,
     ) -> tuple[list[claims.ClaimedRow], tuple[Limit | None, int | None]]:
         """The claim of a queue with limits, in its transaction: the settings row locked
         (claims of the queue take turns), the room each limit leaves counted, at most that
         claimed, and the deliveries begun written to the rate's ledger. With the rows, the
         limit that held the claim back (it took all the room it had, less than asked) and
-        when that limit has room again by time alone (None: only when a lease ends early)."""
+        when that limit has room again by time alone (None: only when a lease ends early).
+
+        With a `clock`, the times in `parameters` move on to its reading once the turn is
+        taken (as the extension's do: extend_within_limits), in place: the caller's
+        deliveries and dead-letter hold follow them."""
         statements = self.statements
-        queue, now, asked = parameters["queue"], parameters["now"], parameters["limit"]
+        queue, asked = parameters["queue"], parameters["limit"]
         limits = (await connection.execute(statements.limits_lock, {"queue": queue})).first()
+        if clock is not None:
+            waited = max(0, clock() - parameters["now"])
+            for time in ("now", "lease_until", "dead_hold_until"):
+                if time in parameters:
+                    parameters[time] += waited
+        now = parameters["now"]
         if limits is None:  # its settings went since they were read: no limits now
             return await self.dialect.claim(connection, parameters), (None, None)
         # Each limit's room and when it grows by time alone (None: only by an
@@ -180,7 +203,8 @@ class SqlLeases:
         if limits.rateLimit is not None:
             window = {"queue": queue, "window_start": now - limits.ratePeriodMs}
             started, oldest = (await connection.execute(statements.limits_started, window)).first()
-            frees_at = None if oldest is None else oldest + limits.ratePeriodMs
+            # An empty window fills with this claim's own deliveries, begun now.
+            frees_at = (now if oldest is None else oldest) + limits.ratePeriodMs
             rooms.append((max(0, limits.rateLimit - int(started)), Limit.RATE, frees_at))
         room = min([asked, *(left for left, _, _ in rooms)])
         claimed = (

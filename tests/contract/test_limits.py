@@ -16,11 +16,11 @@ from urllib.parse import unquote
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 
 from app.domain.messages import Limit, Offer, QueueSettings, Rate
 from app.main import create_app
-from app.storage.tables import delivery_starts
+from app.storage.tables import delayed_queue, delivery_starts
 from tests.conftest import START_MS
 from tests.contract.test_bounds import LONG, MARGIN, SHORT, bounded_client
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
@@ -394,6 +394,35 @@ def test_the_rate_s_window_slides_by_the_millisecond_and_says_when_it_has_room(s
     # Rows that left the window are pruned by the claims: at most what is in it stays.
     with store.engine.connect() as connection:
         assert len(connection.execute(delivery_starts.select()).all()) <= 2
+
+
+def test_a_claim_that_waited_for_its_turn_counts_and_leases_from_when_it_claims(store):
+    # The poll read the time (START_MS) before it waited for the queue's turn; it claims
+    # two seconds later. Counted at the time read first, the window would still hold the
+    # delivery half a second before it and take nothing; the deliveries it makes would
+    # stand in that earlier window (a rate broken under load, across replicas).
+    settings = store.settings.put(
+        QueueSettings("q", updated_at=START_MS, rate=Rate(limit=1, period_ms=1_000))
+    )
+    due = START_MS - 1_000
+    store.messages.offer_many("q", [Offer(f"k{i}", b"1", due) for i in range(3)], due)
+    assert len(_poll(store, settings, START_MS - 500, limit=1).deliveries) == 1
+    claimed_at = START_MS + 2_000
+    claim = store.leases.poll(
+        "q", 5, str(uuid.uuid4()), START_MS + 60_000, START_MS, settings, clock=lambda: claimed_at
+    )
+    ((delivery,), held_back) = claim.deliveries, (claim.held_back_by, claim.room_at)
+    assert held_back == (Limit.RATE, claimed_at + 1_000)
+    assert claim.lease_until == delivery.message.scheduled_at == claimed_at + 60_000
+    with store.engine.connect() as connection:
+        starts = [row.startedAt for row in connection.execute(delivery_starts.select())]
+        first = connection.execute(
+            select(delayed_queue.c.firstDeliveredAt).where(
+                delayed_queue.c.pKey == delivery.message.key
+            )
+        ).scalar_one()
+    assert first == claimed_at
+    assert claimed_at in starts and START_MS not in starts
 
 
 def test_max_leased_says_when_the_first_lease_runs_out(store):
