@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 # How often each replica prunes the delivery history, and rows per DELETE.
 HISTORY_PRUNE_SECONDS = 60.0
 HISTORY_PRUNE_BATCH = 1000
+# How often each replica sweeps expired messages, and how many a transaction moves: a
+# message leaves within about this long after its expiry, plus the sweep's own time
+# (docs/decisions/0028-expiry.md). An idle sweep is one read of the expiry index.
+EXPIRY_SWEEP_SECONDS = 0.25
+EXPIRY_SWEEP_BATCH = 500
 
 # Allocations between collections of the youngest generation (Python's default: 700).
 GC_FIRST_GENERATION_THRESHOLD = 10_000
@@ -132,6 +137,13 @@ def create_app(
             failed=metrics.error,
         )
         app.state.history_pruner = pruner
+        sweeper = Periodic(
+            "expiry_sweep",
+            lambda stopping: service.expire(EXPIRY_SWEEP_BATCH, stopping),
+            EXPIRY_SWEEP_SECONDS,
+            failed=metrics.error,
+        )
+        app.state.expiry_sweeper = sweeper
         dispatcher = PushDispatcher(
             service,
             allowed=service.push_allowed,
@@ -143,6 +155,7 @@ def create_app(
             peers.start()  # with the other background work, once nothing more can fail
         manager.start()
         pruner.start()
+        sweeper.start()
         dispatcher.start()
         service.keeper.failed = metrics.error
         service.keeper.start()
@@ -154,6 +167,7 @@ def create_app(
             notifier.close()
             manager.request_stop()
             pruner.request_stop()
+            sweeper.request_stop()
             service.keeper.request_stop()
 
         app.state.stopping = stopping
@@ -167,6 +181,7 @@ def create_app(
                 await dispatcher.stop()
                 await manager.stop()
                 await pruner.stop()
+                await sweeper.stop()
                 await service.keeper.stop()
             finally:
                 notifier.close()

@@ -80,6 +80,8 @@ ERROR_KINDS = (
     "cron_pass",
     "cron_entry",
     "history_prune",
+    "expiry_sweep",
+    "group_keeper",
     "metrics_queue_gauges",
     "metrics_table_health",
     "push_refresh",
@@ -144,7 +146,8 @@ class Metrics:
         self.errors = Counter(
             "hourglass_errors",
             "Failures by kind: database_unavailable (a request answered 503), cron_pass, "
-            "cron_entry, history_prune, metrics_queue_gauges, metrics_table_health, "
+            "cron_entry, history_prune, expiry_sweep, group_keeper, metrics_queue_gauges, "
+            "metrics_table_health, "
             "push_refresh, push_claim, push_settle",
             ["kind"],
             registry=self.registry,
@@ -179,6 +182,12 @@ class Metrics:
         self._dead_lettered = Counter(
             "hourglass_messages_dead_lettered",
             "Messages moved to their dead-letter queue after their last allowed delivery",
+            ["queue"],
+            registry=self.registry,
+        )
+        self._expired = Counter(
+            "hourglass_messages_expired",
+            "Messages whose expiry passed: moved to their dead-letter queue, or removed",
             ["queue"],
             registry=self.registry,
         )
@@ -310,6 +319,9 @@ class Metrics:
 
     def dead_lettered(self, queue: str, count: int) -> None:
         self._series(self._dead_lettered, self.queues.label_for_write(queue)).inc(count)
+
+    def expired(self, queue: str, count: int) -> None:
+        self._series(self._expired, self.queues.label_for_write(queue)).inc(count)
 
     def held_back(self, queue: str, limit: Limit) -> None:
         # Only a queue with settings of its own has a limit: it has series of its own.

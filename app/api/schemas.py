@@ -7,7 +7,7 @@ epoch milliseconds. Durations are seconds.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
 from pydantic import (
@@ -196,15 +196,23 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _exclusive(number: str, timestamp: str) -> dict[str, Any]:
+    """The schema of "not both `number` (seconds) and `timestamp` (RFC 3339) given"."""
+    return {
+        "not": {
+            "required": [number, timestamp],
+            "properties": {number: {"type": "number"}, timestamp: {"type": "string"}},
+        }
+    }
+
+
 class _Scheduled(_Request):
-    # `delay` and `scheduled_at` exclude each other: the schema says so, so that a
-    # request the schema allows is one the service takes (a null is as if left out).
+    # `delay` and `scheduled_at` exclude each other, as do `ttl` and `expires_at`: the
+    # schema says so, so that a request the schema allows is one the service takes (a
+    # null is as if left out).
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {
-                "required": ["delay", "scheduled_at"],
-                "properties": {"delay": {"type": "number"}, "scheduled_at": {"type": "string"}},
-            }
+            "allOf": [_exclusive("delay", "scheduled_at"), _exclusive("ttl", "expires_at")]
         }
     )
 
@@ -224,21 +232,40 @@ class _Scheduled(_Request):
     group: MessageGroup = Field(
         None, description=f"{GROUP_DESCRIPTION}; a changed group is an update"
     )
+    expires_at: RFC3339 | None = Field(
+        None,
+        description="When the message expires: never delivered after it, it then moves to "
+        "the queue's dead-letter queue (`expired`: true) or is removed. RFC 3339 with a "
+        f"zone, {TIMES}; may be before the due time (it is then never delivered). A "
+        "changed expiry is an update; none (or null) is none",
+    )
+    ttl: Number | None = Field(
+        None,
+        ge=0.001,
+        le=MAX_DELAY_SECONDS,
+        description="Seconds after the message is due until it expires (as `expires_at`)",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_say_when(self) -> _Scheduled:
         if self.scheduled_at is not None and self.delay is not None:
             raise ValueError("give either scheduled_at or delay, not both")
-        if self.scheduled_at is not None:
-            parse_timestamp(self.scheduled_at)
+        if self.expires_at is not None and self.ttl is not None:
+            raise ValueError("give either expires_at or ttl, not both")
+        for timestamp in (self.scheduled_at, self.expires_at):
+            if timestamp is not None:
+                parse_timestamp(timestamp)
         return self
 
     def when(self) -> When:
+        expires_at = None if self.expires_at is None else parse_timestamp(self.expires_at)
+        ttl = None if self.ttl is None else seconds_to_ms(self.ttl)
         if self.scheduled_at is not None:
-            return When(scheduled_at=parse_timestamp(self.scheduled_at))
+            scheduled_at = parse_timestamp(self.scheduled_at)
+            return When(scheduled_at=scheduled_at, expires_at=expires_at, ttl=ttl)
         if self.delay is not None:
-            return When(delay=seconds_to_ms(self.delay))
-        return When()
+            return When(delay=seconds_to_ms(self.delay), expires_at=expires_at, ttl=ttl)
+        return When(expires_at=expires_at, ttl=ttl)
 
 
 class UpdateMessage(_Scheduled):
@@ -376,6 +403,12 @@ class MessageResponse(BaseModel):
     )
     priority: int = Field(description=PRIORITY_DESCRIPTION)
     group: str | None = Field(description=GROUP_DESCRIPTION)
+    expires_at: Timestamp | None = Field(
+        description="When it expires (never delivered after it), or null: never"
+    )
+    expired: bool = Field(
+        description="A dead letter moved here because its expiry passed (not its deliveries)"
+    )
 
 
 class MessageListResponse(BaseModel):

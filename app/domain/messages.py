@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -83,6 +83,10 @@ class Message:
     priority: int = DEFAULT_PRIORITY
     # Its group, if any: one group's messages go at most group_concurrency at once, in due order.
     group: str | None = None
+    # When it expires (epoch ms): never delivered after it (None: never).
+    expires_at: int | None = None
+    # A dead letter moved here because it expired (docs/decisions/0028-expiry.md).
+    expired: bool = False
 
     def state(self, now: int) -> State:
         """`ready` once due (an expired lease is pollable again), else `leased` or `scheduled`."""
@@ -162,6 +166,8 @@ class Offer:
     if_exists: IfExists = IfExists.UPDATE
     priority: int = DEFAULT_PRIORITY
     group: str | None = None
+    # When it expires (epoch ms), or None: never.
+    expires_at: int | None = None
 
     @property
     def stored_priority(self) -> int:
@@ -180,15 +186,24 @@ class OfferOutcome:
 
 @dataclass(frozen=True, slots=True)
 class When:
-    """When a message is due: at `scheduled_at`, after `delay` (ms), or now."""
+    """When a message is due: at `scheduled_at`, after `delay` (ms), or now; and when it
+    expires: at `expires_at`, `ttl` (ms) after it is due, or never."""
 
     scheduled_at: int | None = None
     delay: int | None = None
+    expires_at: int | None = None
+    ttl: int | None = None
 
     def resolve(self, now: int) -> int:
         if self.scheduled_at is not None:
             return self.scheduled_at
         return now + (self.delay or 0)
+
+    def expiry(self, due: int) -> int | None:
+        """When a message due at `due` expires (None: never)."""
+        if self.expires_at is not None:
+            return self.expires_at
+        return None if self.ttl is None else due + self.ttl
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +253,7 @@ class Finish(StrEnum):
     ACKNOWLEDGED = "acknowledged"
     DEAD_LETTERED = "dead_lettered"
     DROPPED = "dropped"  # deleted by key, purged, replaced, or a cron run withdrawn
+    EXPIRED = "expired"  # its expiry passed: removed, or moved to the dead-letter queue
 
 
 # The dead-letter queue of a queue that names none: `{queue}.dead`.
@@ -344,6 +360,17 @@ class QueueSettings:
     @property
     def effective_dead_letter_queue(self) -> str:
         return self.dead_letter_queue or self.queue + DEAD_LETTER_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """What one expiry sweep did: messages it found expired (`found`), how many of them
+    left each queue (one whose dead-letter queue's key a worker holds waits for a later
+    sweep), and the dead-letter queues they went to."""
+
+    found: int = 0
+    expired: dict[str, int] = field(default_factory=dict)
+    dead_letter_queues: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

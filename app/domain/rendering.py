@@ -36,6 +36,7 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
     after a comma, or none), in the pieces of object_pieces."""
     origin = message.dead_lettered_from
     group = message.group
+    expires = message.expires_at
     return object_pieces(
         f'"queue":{json_string(message.queue)},"key":{json_string(message.key)}',
         message.payload,
@@ -45,8 +46,14 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
         f',"deliveries":{message.deliveries}'
         f',"dead_lettered_from":{"null" if origin is None else json_string(origin)}'
         f',"priority":{message.priority}'
-        f',"group":{"null" if group is None else json_string(group)}{tail}',
+        f',"group":{"null" if group is None else json_string(group)}'
+        f',"expires_at":{"null" if expires is None else _timestamp(expires)}'
+        f',"expired":{"true" if message.expired else "false"}{tail}',
     )
+
+
+def _timestamp(at: int) -> str:
+    return f'"{format_timestamp(at)}"'
 
 
 def object_pieces(before: str, payload: bytes, after: str) -> tuple[bytes, bytes, bytes]:

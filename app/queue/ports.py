@@ -22,6 +22,7 @@ from app.domain.messages import (
     QueueStats,
     Redrive,
     Settled,
+    Swept,
     every_queue,
 )
 from app.domain.pages import (
@@ -134,6 +135,10 @@ class History(Protocol):
     async def prune(self, before: int, batch: int) -> int: ...
 
 
+class Expiry(Protocol):
+    async def expire(self, now: int, limit: int) -> Swept: ...
+
+
 class TableHealthReads(Protocol):
     async def read(self) -> TableHealth: ...
 
@@ -189,6 +194,9 @@ class QueueStorage(Protocol):
     def history(self) -> History: ...
 
     @property
+    def expiry(self) -> Expiry: ...
+
+    @property
     def table_health(self) -> TableHealthReads: ...
 
     async def schema_revision(self) -> str | None: ...
@@ -217,6 +225,8 @@ class QueueEvents(Protocol):
 
     def dead_lettered(self, queue: str, count: int) -> None: ...
 
+    def expired(self, queue: str, count: int) -> None: ...
+
     def held_back(self, queue: str, limit: Limit) -> None: ...
 
 
@@ -236,6 +246,9 @@ class Unobserved:
         pass
 
     def dead_lettered(self, queue: str, count: int) -> None:
+        pass
+
+    def expired(self, queue: str, count: int) -> None:
         pass
 
     def held_back(self, queue: str, limit: Limit) -> None:

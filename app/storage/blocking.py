@@ -26,6 +26,7 @@ T = TypeVar("T")
 _ROOMS = (
     "messages",
     "leases",
+    "expiry",
     "cron",
     "settings",
     "groups",

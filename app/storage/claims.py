@@ -42,6 +42,7 @@ class ClaimedRow:
     dead_lettered_from: str | None
     priority: int
     group: str | None = None
+    expires_at: int | None = None
 
     def delivered(self, max_deliveries: int | None) -> bool:
         """Whether a poll in a queue with that delivery limit (None: none) delivers this
@@ -120,6 +121,7 @@ async def claim_select_then_update(
             dead_lettered_from=row.deadLetteredFrom,
             priority=row.priority,
             group=row.messageGroup,
+            expires_at=row.expiresAt,
         )
         for row in await connection.execute(statements.claim_candidates, {**parameters, **inline})
     ]

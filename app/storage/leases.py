@@ -314,43 +314,58 @@ class SqlLeases:
         stays held here until the hold ends, and a later poll tries again.
         """
         dead_letter_queue = settings.effective_dead_letter_queue
-        held = {"queue": queue, "dead_lock_id": dead_lock_id}
 
         async def move(connection: Connection) -> int:
-            keys = (
-                (await connection.execute(self.statements.dead_letter_keys, held)).scalars().all()
+            return await self.move_dead_letters(
+                connection, queue, dead_lock_id, dead_letter_queue, now
             )
-            if not keys:
-                return 0
-            there_now = {"queue": dead_letter_queue, "keys": list(keys)}
-            taken = (await connection.execute(self.statements.existing_keys, there_now)).scalars()
-            waiting = set()
-            for key in taken.all():
-                there = {"queue": dead_letter_queue, "key": key}
-                held_there = await connection.execute(
-                    self.statements.message_held, {**there, "now": now}
-                )
-                if held_there.scalar():
-                    waiting.add(key)
-                else:
-                    await self.removals.remove_on(connection, self.message_delete, there, now)
-            moved = 0
-            for key in keys:
-                if key in waiting:
-                    continue
-                parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue}
-                if self.removals.record:
-                    await connection.execute(
-                        self.statements.dead_letter_record,
-                        {**parameters, "outcome": Finish.DEAD_LETTERED.value, "now": now},
-                    )
-                gone = await connection.execute(
-                    self.statements.dead_letter_move, {**parameters, "now": now}
-                )
-                moved += gone.rowcount
-            return moved
 
         return await self.runner.transaction_over_keys(move, f"dead-lettering in {queue!r}")
+
+    async def move_dead_letters(
+        self,
+        connection: Connection,
+        queue: str,
+        dead_lock_id: str,
+        dead_letter_queue: str,
+        now: int,
+        *,
+        expired: bool = False,
+    ) -> int:
+        """`_dead_letter`'s move, in the caller's transaction, to `dead_letter_queue`;
+        `expired`: the expiry sweep's (recorded as expired, and shown so), not a poll's."""
+        held = {"queue": queue, "dead_lock_id": dead_lock_id}
+        keys = (await connection.execute(self.statements.dead_letter_keys, held)).scalars().all()
+        if not keys:
+            return 0
+        there_now = {"queue": dead_letter_queue, "keys": list(keys)}
+        taken = (await connection.execute(self.statements.existing_keys, there_now)).scalars()
+        waiting = set()
+        for key in taken.all():
+            there = {"queue": dead_letter_queue, "key": key}
+            held_there = await connection.execute(
+                self.statements.message_held, {**there, "now": now}
+            )
+            if held_there.scalar():
+                waiting.add(key)
+            else:
+                await self.removals.remove_on(connection, self.message_delete, there, now)
+        finish = Finish.EXPIRED if expired else Finish.DEAD_LETTERED
+        moved = 0
+        for key in keys:
+            if key in waiting:
+                continue
+            parameters = {**held, "key": key, "dead_letter_queue": dead_letter_queue, "now": now}
+            if self.removals.record:
+                await connection.execute(
+                    self.statements.dead_letter_record, {**parameters, "outcome": finish.value}
+                )
+            gone = await connection.execute(
+                self.statements.dead_letter_move,
+                {**parameters, "expired_at": now if expired else None},
+            )
+            moved += gone.rowcount
+        return moved
 
     async def redrive(
         self,
@@ -587,6 +602,7 @@ def _delivery(queue: str, row: claims.ClaimedRow, lease_until: int) -> Delivery:
             dead_lettered_from=row.dead_lettered_from,
             priority=row.priority,
             group=row.group,
+            expires_at=row.expires_at,
         ),
         redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
     )

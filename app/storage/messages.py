@@ -317,7 +317,7 @@ class SqlMessages:
         return outcomes
 
     async def _unchanged(self, queue: str, offers: Sequence[Offer]) -> set[str]:
-        """The keys of `offers` (one each) whose payload, time and priority are stored as
+        """The keys of `offers` (one each) whose payload, time, priority, group and expiry are
         offered.
 
         A re-run of an import, or a producer sending again, then costs one read per
@@ -340,6 +340,7 @@ class SqlMessages:
                     row.scheduledAtInitially,
                     shown_priority(row.priority),
                     row.messageGroup,
+                    row.expiresAt,
                 )
                 for row in await self.runner.read(read)
             }
@@ -347,7 +348,13 @@ class SqlMessages:
                 offer.key
                 for offer in chunk
                 if stored.get(offer.key)
-                == (digest(offer.payload), offer.scheduled_at, offer.priority, offer.group)
+                == (
+                    digest(offer.payload),
+                    offer.scheduled_at,
+                    offer.priority,
+                    offer.group,
+                    offer.expires_at,
+                )
             )
         return unchanged
 
@@ -385,7 +392,14 @@ class SqlMessages:
                         current.scheduledAtInitially,
                         shown_priority(current.priority),
                         current.messageGroup,
-                    ) == (offer.payload, offer.scheduled_at, offer.priority, offer.group):
+                        current.expiresAt,
+                    ) == (
+                        offer.payload,
+                        offer.scheduled_at,
+                        offer.priority,
+                        offer.group,
+                        offer.expires_at,
+                    ):
                         return OfferOutcome(Outcome.IGNORED, offer.scheduled_at)
                     if await self._swap(connection, key_parameters, current, offer, now, may_use):
                         return OfferOutcome(Outcome.UPDATED, offer.scheduled_at)
@@ -418,6 +432,7 @@ class SqlMessages:
                 "new_payload": offer.payload,
                 "new_priority": offer.stored_priority,
                 "new_group": offer.group,
+                "new_expires_at": offer.expires_at,
                 "new_scheduled_at": offer.scheduled_at,
                 "now": now,
             },
@@ -492,6 +507,8 @@ def message_of(queue: str, row: Any, payload: bytes) -> Message:
         dead_lettered_from=row.deadLetteredFrom,
         priority=shown_priority(row.priority),
         group=row.messageGroup,
+        expires_at=row.expiresAt,
+        expired=bool(row.expired),
     )
 
 
@@ -505,6 +522,7 @@ def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
         "createdAt": now,
         "priority": offer.stored_priority,
         "messageGroup": offer.group,
+        "expiresAt": offer.expires_at,
     }
 
 

@@ -1,7 +1,8 @@
 """Storage: every storage operation, in rooms by what they store, over one runner.
 
 `storage.messages` (offers, reads, deletes, stats, purges), `storage.leases`
-(polls, dead letters, redrive, acknowledge, extend, release), `storage.cron`
+(polls, dead letters, redrive, acknowledge, extend, release), `storage.expiry`
+(messages whose expiry passed), `storage.cron`
 (cron entries and their runs), `storage.settings` (each queue's own settings),
 `storage.groups` (message groups' fronts, for their keeper),
 `storage.history` (its upkeep), `storage.lists` (pages of messages and of
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
 from app.storage.dialects import Dialect
+from app.storage.expiry import SqlExpiry
 from app.storage.groups import SqlGroups
 from app.storage.history import Removals, SqlHistory
 from app.storage.leases import SqlLeases
@@ -44,6 +46,7 @@ class Storage:
         removals = Removals(self.runner, dialect, record=record_history)
         self.messages = SqlMessages(self.runner, dialect, removals)
         self.leases = SqlLeases(self.runner, dialect, removals)
+        self.expiry = SqlExpiry(self.runner, dialect, removals, self.leases)
         self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
         self.settings = SqlSettings(self.runner, dialect)
         self.groups = SqlGroups(self.runner, dialect)

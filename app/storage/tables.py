@@ -62,6 +62,11 @@ delayed_queue = Table(
     # its group's next ones waits with its priority p stored as -1 - p, outside the
     # poll's ranges (docs/decisions/0027-message-groups.md).
     Column("messageGroup", String(200), nullable=True),
+    # Added by revision 0014: when the message expires (never delivered after it; null:
+    # never), and on a dead letter that expired, when it did
+    # (docs/decisions/0028-expiry.md).
+    Column("expiresAt", BigInteger, nullable=True),
+    Column("expiredAt", BigInteger, nullable=True),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     # Polls and lists by due time (revision 0006 added "id": a page's keyset is
     # (scheduledAt, id), and many messages may be due in the same millisecond).
@@ -148,6 +153,17 @@ leased_index = Index(
     info={"only_on": ("postgresql", "sqlite")},  # migrations/env.py compares it there only
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 
+# The messages that expire, by when (revision 0014): the expiry sweep reads the earliest
+# (docs/decisions/0028-expiry.md). Partial on PostgreSQL and SQLite, so a message without
+# an expiry adds no entry; MariaDB has no partial indexes and indexes every row.
+EXPIRY_INDEX = "delayed_queue__expires_at_idx"
+expiry_index = Index(
+    EXPIRY_INDEX,
+    delayed_queue.c.expiresAt,
+    postgresql_where=delayed_queue.c.expiresAt.is_not(None),
+    sqlite_where=delayed_queue.c.expiresAt.is_not(None),
+)
+
 # Cron entries (issue 4), one per name within a queue. `schedule` is the
 # schedule's JSON (rule and time zone); `configHash` identifies schedule, zone
 # and payload, and is part of every run's message key. Times are epoch ms.
@@ -168,6 +184,8 @@ cron_entries = Table(
     Column("pausedAt", BigInteger, nullable=True),
     # Added by revision 0012: the group of every run it installs, if any.
     Column("messageGroup", String(200), nullable=True),
+    # Added by revision 0014: every run it installs expires this long after it is due.
+    Column("ttlMs", BigInteger, nullable=True),
     PrimaryKeyConstraint("queue", "name", name="cron_entries__pk"),
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )

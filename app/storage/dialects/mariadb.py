@@ -145,6 +145,7 @@ STATEMENTS: Variants = {
             columns.scheduledAtInitially,
             columns.priority,
             columns.messageGroup,
+            columns.expiresAt,
         ),
     },
     "leases": {

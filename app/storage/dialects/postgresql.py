@@ -80,10 +80,11 @@ from app.storage.statements.common import (
     history_values,
     in_queue,
     is_due,
+    not_expired,
 )
 from app.storage.statements.cron import build_entry_runs
 from app.storage.statements.groups import build_lists, build_skipping_moves
-from app.storage.statements.leases import build_keyed_locks
+from app.storage.statements.leases import build_expiry, build_keyed_locks
 from app.storage.statements.lists import KeyOrder
 from app.storage.tables import (
     cron_run_keys_index,
@@ -127,7 +128,7 @@ _PRIORITY_CANDIDATES = (
         columns.lastDeliveredAt.label("previous_last_delivered_at"),
         func.length(columns.payload).label("payload_bytes"),
     )
-    .where(in_queue, columns.priority == _PRIORITIES.c.priority, is_due)
+    .where(in_queue, columns.priority == _PRIORITIES.c.priority, is_due, not_expired)
     .order_by(columns.scheduledAt, columns.id)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
@@ -186,6 +187,7 @@ def _claim(limited: bool, many: bool) -> Update:
         columns.deadLetteredFrom,
         columns.priority,
         columns.messageGroup,
+        columns.expiresAt,
     )
 
 
@@ -218,6 +220,7 @@ _batch = _unnested(
     ("scheduled_at", "scheduled_ats", BigInteger),
     ("priority", "priorities", SmallInteger),
     ("message_group", "groups", String),
+    ("expires_at", "expires_ats", BigInteger),
 )
 
 
@@ -228,13 +231,15 @@ def _insert_new_keys(
     priority: ColumnElement[Any],
     *,
     group: ColumnElement[Any] | None = None,
+    expires_at: ColumnElement[Any] | None = None,
     queue: ColumnElement[Any] | None = None,
     now: ColumnElement[Any] | None = None,
     order_by: ColumnElement[Any] | None = None,
     returning: Sequence[ColumnElement[Any]] = (columns.pKey,),
 ) -> Any:
     """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns; `queue` and
-    `now` bound once unless the source has them; no `group`, none) into the queue,
+    `now` bound once unless the source has them; no `group` or `expires_at`, none) into
+    the queue,
     skipping keys taken already; RETURNING `returning` of the rows that went in (their
     keys)."""
     rows = select(
@@ -246,6 +251,7 @@ def _insert_new_keys(
         bindparam("now", type_=BigInteger) if now is None else now,
         priority,
         null() if group is None else group,
+        null() if expires_at is None else expires_at,
     )
     if order_by is not None:
         rows = rows.order_by(order_by)
@@ -261,6 +267,7 @@ def _insert_new_keys(
                 "createdAt",
                 "priority",
                 "messageGroup",
+                "expiresAt",
             ],
             rows,
         )
@@ -275,6 +282,7 @@ _insert_rows = _insert_new_keys(
     _batch.c.scheduled_at,
     _batch.c.priority,
     group=_batch.c.message_group,
+    expires_at=_batch.c.expires_at,
 )
 
 
@@ -296,6 +304,7 @@ _staging = Table(
     Column("scheduled_at", BigInteger, nullable=False),
     Column("priority", SmallInteger, nullable=False),
     Column("message_group", String, nullable=True),
+    Column("expires_at", BigInteger, nullable=True),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DELETE ROWS",
 )
@@ -304,16 +313,18 @@ _create_staging = text(
     str(CreateTable(_staging, if_not_exists=True).compile(dialect=postgresql_dialect()))
 )
 _copy_staging = (
-    "COPY hourglass_offer_staging (key, payload, scheduled_at, priority, message_group) "
+    "COPY hourglass_offer_staging (key, payload, scheduled_at, priority, message_group, "
+    "expires_at) "
     "FROM STDIN (FORMAT BINARY)"
 )
-_STAGING_TYPES = ("text", "bytea", "int8", "int2", "text")
+_STAGING_TYPES = ("text", "bytea", "int8", "int2", "text", "int8")
 _insert_staged = _insert_new_keys(
     _staging.c.key,
     _staging.c.payload,
     _staging.c.scheduled_at,
     _staging.c.priority,
     group=_staging.c.message_group,
+    expires_at=_staging.c.expires_at,
     order_by=_staging.c.position,
 )
 
@@ -456,6 +467,7 @@ _offers = _unnested(
     ("scheduled_at", "scheduled_ats", BigInteger),
     ("now", "nows", BigInteger),
     ("priority", "priorities", SmallInteger),
+    ("expires_at", "expires_ats", BigInteger),
     ordinality="position",
 )
 # Every caller's new message unless its key is taken (a key offered twice goes in once,
@@ -465,6 +477,7 @@ _insert_offers = _insert_new_keys(
     _offers.c.payload,
     _offers.c.scheduled_at,
     _offers.c.priority,
+    expires_at=_offers.c.expires_at,
     queue=_offers.c.queue,
     now=_offers.c.now,
     order_by=_offers.c.position,
@@ -641,6 +654,7 @@ STATEMENTS: Variants = {
             scheduledAtInitially=columns.scheduledAtInitially,
             priority=columns.priority,
             messageGroup=columns.messageGroup,
+            expiresAt=columns.expiresAt,
         ),
     },
     "leases": {
@@ -659,6 +673,7 @@ STATEMENTS: Variants = {
         "existing_keys": _keys_in_queue(),
         # Keys and ids as arrays (_any_of).
         "keyed_locks": _keyed_locks,
+        "expiry": build_expiry(_any_of),
     },
     "cron": {"entry_runs": _entry_runs},
     "lists": {
@@ -758,6 +773,7 @@ class PostgreSQLDialect(Dialect):
             "scheduled_ats": [row["scheduledAt"] for row in rows],
             "priorities": [row["priority"] for row in rows],
             "groups": [row["messageGroup"] for row in rows],
+            "expires_ats": [row["expiresAt"] for row in rows],
             "queue": rows[0]["pKind"],
             "now": rows[0]["createdAt"],
         }
@@ -773,6 +789,7 @@ class PostgreSQLDialect(Dialect):
             "scheduled_ats": [row["scheduledAt"] for row in rows],
             "nows": [row["createdAt"] for row in rows],
             "priorities": [row["priority"] for row in rows],
+            "expires_ats": [row["expiresAt"] for row in rows],
         }
         inserted = await connection.execute(_insert_offers, parameters)
         return first_of_each(rows, {(row.pKind, row.pKey) for row in inserted})
@@ -837,7 +854,14 @@ class PostgreSQLDialect(Dialect):
         await _copy_rows(
             connection,
             [
-                (offer.key, offer.payload, offer.scheduled_at, offer.stored_priority, offer.group)
+                (
+                    offer.key,
+                    offer.payload,
+                    offer.scheduled_at,
+                    offer.stored_priority,
+                    offer.group,
+                    offer.expires_at,
+                )
                 for offer in offers
             ],
         )
@@ -863,6 +887,7 @@ class PostgreSQLDialect(Dialect):
                 dead_lettered_from=row.deadLetteredFrom,
                 priority=row.priority,
                 group=row.messageGroup,
+                expires_at=row.expiresAt,
             )
             for row in await connection.execute(statement, parameters)
         ]

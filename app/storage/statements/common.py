@@ -33,6 +33,9 @@ in_queue = columns.pKind == bindparam("queue")
 by_key = (columns.pKey == bindparam("key")) & in_queue
 by_lock = (columns.lockUuid == bindparam("lock_id")) & in_queue
 is_due = columns.scheduledAt <= bindparam("now")
+# Not past its expiry: a message whose expiry has passed is never delivered again, though
+# the expiry sweep may not have removed it yet (docs/decisions/0028-expiry.md).
+not_expired = columns.expiresAt.is_(None) | (columns.expiresAt > bindparam("now"))
 
 # The history's columns, and what a removed row gives them: the time the producer
 # asked for, the delivery counts, how it ended (bound as "outcome") and when ("now").
@@ -120,7 +123,8 @@ waiting_again = case(
 
 def starting_over(due: Any) -> dict[str, Any]:
     """The columns of a message that starts a new life (an update, a dead letter, a
-    redriven one): due at `due` as asked, held by nobody, no delivery counted yet."""
+    redriven one): due at `due` as asked, held by nobody, no delivery counted yet, and
+    no expiry (a dead letter does not expire; an update says its own)."""
     return {
         "scheduledAt": due,
         "scheduledAtInitially": due,
@@ -128,6 +132,8 @@ def starting_over(due: Any) -> dict[str, Any]:
         "deliveries": 0,
         "firstDeliveredAt": null(),
         "lastDeliveredAt": null(),
+        "expiresAt": null(),
+        "expiredAt": null(),
     }
 
 

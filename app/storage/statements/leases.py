@@ -37,6 +37,7 @@ from app.storage.statements.common import (
     in_queue,
     is_due,
     keys_in_queue,
+    not_expired,
     removal,
     starting_over,
     waiting_again,
@@ -59,6 +60,7 @@ __all__ = [
     "dead_letter_move",
     "dead_letter_record",
     "existing_keys",
+    "expiry",
     "keyed_locks",
     "limits_leased",
     "limits_lock",
@@ -106,12 +108,13 @@ claim_candidates = (
         columns.deadLetteredFrom,
         columns.priority,
         columns.messageGroup,
+        columns.expiresAt,
         _payload_bytes.label("payload_bytes"),
         case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
             "payload"
         ),
     )
-    .where(in_queue, any_priority, is_due)
+    .where(in_queue, any_priority, is_due, not_expired)
     .order_by(*CLAIM_ORDER)
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
@@ -227,8 +230,10 @@ existing_keys = keys_in_queue(columns.pKey)
 
 # Dead-lettering what a poll held under its second lock id, one key at a time:
 # record it, then move it (key and payload kept) into the dead-letter queue as a
-# new message due now. A key the dead-letter queue holds already is replaced,
-# unless a worker holds that message: then this one waits for the next try.
+# new message due now, which does not expire ("expired_at": when it expired, for one
+# the expiry sweep moves; null for one past its delivery limit). A key the dead-letter
+# queue holds already is replaced, unless a worker holds that message: then this one
+# waits for the next try.
 _dead_held = (columns.lockUuid == bindparam("dead_lock_id")) & in_queue
 _dead_held_key = _dead_held & (columns.pKey == bindparam("key"))
 dead_letter_keys = select(columns.pKey).where(_dead_held).with_for_update()
@@ -237,10 +242,13 @@ dead_letter_move = (
     update(queue_table)
     .where(_dead_held_key)
     .values(
-        pKind=bindparam("dead_letter_queue"),
-        deadLetteredFrom=bindparam("queue"),
-        priority=waiting_again,
-        **starting_over(bindparam("now")),
+        {
+            **starting_over(bindparam("now")),
+            "pKind": bindparam("dead_letter_queue"),
+            "deadLetteredFrom": bindparam("queue"),
+            "priority": waiting_again,
+            "expiredAt": bindparam("expired_at", type_=BigInteger),
+        }
     )
 )
 # Whether a worker holds the message under `key` now (leased, lease not run out).
@@ -336,3 +344,54 @@ def build_keyed_locks(listed: Callable[[Any, str], Any] = listed) -> KeyedLocks:
 # Some keys of what one lock holds: per-key acknowledge and release (an expanding IN
 # here; PostgreSQL's direct path binds arrays instead, its variant).
 keyed_locks = build_keyed_locks()
+
+
+@dataclass(frozen=True, eq=False)
+class Expiry:
+    """The statements of the expiry sweep (docs/decisions/0028-expiry.md): the messages
+    whose expiry ("expires_at" is at most "now") has passed, read through the expiry index
+    (revision 0014) across every queue, the earliest first."""
+
+    # Whether any has expired (an idle sweep's one read, in autocommit).
+    due: Select
+    # Up to "limit" of them, locked, skipping rows another transaction holds (another
+    # replica's sweep, a poll, an acknowledgement): each its id and queue.
+    candidates: Select
+    # Those of one queue ("ids") held for the move to its dead-letter queue under a lock id
+    # nobody else knows ("dead_lock_id"): the holder of a lease loses it at once.
+    hold: Update
+    # Deleting them ("ids"), recorded in the history as expired (through Removals).
+    remove: Removal
+    # Of some queues ("queues"), those whose settings give a dead-letter queue: a delivery
+    # limit (dead letters go to `{queue}.dead` unless named) or a named one.
+    dead_letter_queues: Select
+
+
+_expired = columns.expiresAt <= bindparam("now")
+
+
+def build_expiry(listed: Callable[[Any, str], Any] = listed) -> Expiry:
+    """Expiry whose lists are bound by `listed` (a dialect without expanding IN binds an
+    array)."""
+    settings = queue_settings.c
+    return Expiry(
+        due=select(columns.id).where(_expired).limit(1),
+        candidates=select(columns.id, columns.pKind)
+        .where(_expired)
+        .order_by(columns.expiresAt)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True),
+        hold=update(queue_table)
+        .where(listed(columns.id, "ids"))
+        .values(lockUuid=bindparam("dead_lock_id")),
+        remove=removal(listed(columns.id, "ids")),
+        dead_letter_queues=select(
+            settings.queue, settings.maxDeliveries, settings.deadLetterQueue
+        ).where(
+            listed(settings.queue, "queues"),
+            settings.maxDeliveries.is_not(None) | settings.deadLetterQueue.is_not(None),
+        ),
+    )
+
+
+expiry = build_expiry()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, literal_column, select, union_all, update
+from sqlalchemy import BigInteger, bindparam, case, func, literal_column, select, union_all, update
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
@@ -64,6 +64,7 @@ offer_select_for_update = (
         columns.scheduledAtInitially,
         columns.priority,
         columns.messageGroup,
+        columns.expiresAt,
         columns.createdAt,
         columns.deadLetteredFrom,
     )
@@ -79,12 +80,15 @@ offer_update = (
         columns.deadLetteredFrom.is_not_distinct_from(bindparam("old_origin")),
     )
     .values(
-        payload=bindparam("new_payload"),
-        priority=bindparam("new_priority"),
-        messageGroup=bindparam("new_group"),
-        createdAt=bindparam("now"),
-        deadLetteredFrom=bindparam("new_origin"),
-        **starting_over(bindparam("new_scheduled_at")),
+        {
+            **starting_over(bindparam("new_scheduled_at")),
+            "payload": bindparam("new_payload"),
+            "priority": bindparam("new_priority"),
+            "messageGroup": bindparam("new_group"),
+            "expiresAt": bindparam("new_expires_at", type_=BigInteger),
+            "createdAt": bindparam("now"),
+            "deadLetteredFrom": bindparam("new_origin"),
+        }
     )
 )
 
@@ -100,6 +104,7 @@ stored_offers = keys_in_queue(
     columns.scheduledAtInitially,
     columns.priority,
     columns.messageGroup,
+    columns.expiresAt,
 )
 
 # What a Message shows (storage/messages.py: message_of), its payload besides.
@@ -113,6 +118,8 @@ MESSAGE_COLUMNS = (
     columns.deadLetteredFrom,
     columns.priority,
     columns.messageGroup,
+    columns.expiresAt,
+    columns.expiredAt.is_not(None).label("expired"),
 )
 message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)
