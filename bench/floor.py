@@ -219,6 +219,7 @@ async def offer(request: Request) -> Response:
                 "createdAt": now,
                 "priority": asked.priority,
                 "messageGroup": asked.group,
+                "expiresAt": asked.when().expiry(scheduled_at),
             },
         )
         created = await cursor.fetchone() is not None

@@ -35,22 +35,22 @@ MAX_POLL_BYTES = Settings.model_fields["max_poll_bytes"].default
 # A single offer (app/storage/messages.py).
 OFFER = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority, "messageGroup") VALUES '
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") VALUES '
     "(%(pKey)s::VARCHAR, %(pKind)s::VARCHAR, %(payload)s, %(scheduledAt)s::BIGINT, "
     "%(scheduledAtInitially)s::BIGINT, %(createdAt)s::BIGINT, %(priority)s::SMALLINT, "
-    '%(messageGroup)s::VARCHAR) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    '%(messageGroup)s::VARCHAR, %(expiresAt)s::BIGINT) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
     'delayed_queue."pKey"'
 )
 # A batch's rows as arrays (app/storage/dialects/postgresql.py).
 OFFER_ROWS = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority, "messageGroup") SELECT batch.key, '
-    "%(queue)s::VARCHAR AS anon_1, batch.payload, batch.scheduled_at, "
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") SELECT '
+    "batch.key, %(queue)s::VARCHAR AS anon_1, batch.payload, batch.scheduled_at, "
     "batch.scheduled_at AS scheduled_at__1, %(now)s::BIGINT AS anon_2, "
-    "batch.priority, batch.message_group \nFROM unnest(%(keys)s::VARCHAR[], "
+    "batch.priority, batch.message_group, batch.expires_at \nFROM unnest(%(keys)s::VARCHAR[], "
     "%(payloads)s::BYTEA[], %(scheduled_ats)s::BIGINT[], %(priorities)s::SMALLINT[], "
-    "%(groups)s::VARCHAR[]) AS batch(key, payload, scheduled_at, priority, "
-    'message_group) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    "%(groups)s::VARCHAR[], %(expires_ats)s::BIGINT[]) AS batch(key, payload, scheduled_at, "
+    'priority, message_group, expires_at) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
     'delayed_queue."pKey"'
 )
 # The poll of one, for a queue without a delivery limit: one range of the poll's index
@@ -74,8 +74,9 @@ CLAIM_ONE = (
     'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
     "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
     'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
-    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT ORDER BY '
-    'delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
+        'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
+    '(delayed_queue."expiresAt" IS NULL OR delayed_queue."expiresAt" > %(now)s::BIGINT) '
+    'ORDER BY delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
     "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked WHERE delayed_queue.id = "
     'locked.id RETURNING delayed_queue.id, delayed_queue."pKey", CASE WHEN '
     "(locked.payload_bytes <= %(payload_bytes_1)s::INTEGER) THEN delayed_queue.payload END "
@@ -83,7 +84,8 @@ CLAIM_ONE = (
     'delayed_queue."scheduledAtInitially", delayed_queue."createdAt", '
     "locked.previous_lock_id, locked.previous_deliveries, "
     "locked.previous_first_delivered_at, locked.previous_last_delivered_at, "
-    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup"'
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup", '
+    'delayed_queue."expiresAt"'
 )
 # The poll of more than one: the same, with the running sums that bound the answer.
 CLAIM_MANY = (
@@ -115,8 +117,9 @@ CLAIM_MANY = (
     'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
     "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
     'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
-    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT ORDER BY '
-    'delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
+        'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
+    '(delayed_queue."expiresAt" IS NULL OR delayed_queue."expiresAt" > %(now)s::BIGINT) '
+    'ORDER BY delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
     "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked) AS picked WHERE "
     "delayed_queue.id = picked.id AND (picked.answer_bytes <= %(max_bytes)s::BIGINT OR "
     'picked.answer_bytes = picked.size) RETURNING delayed_queue.id, delayed_queue."pKey", '
@@ -125,7 +128,8 @@ CLAIM_MANY = (
     'picked.previous_scheduled_at, delayed_queue."scheduledAtInitially", '
     'delayed_queue."createdAt", picked.previous_lock_id, picked.previous_deliveries, '
     "picked.previous_first_delivered_at, picked.previous_last_delivered_at, "
-    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup"'
+    'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup", '
+    'delayed_queue."expiresAt"'
 )
 # The acknowledgement with HOURGLASS_HISTORY off.
 ACKNOWLEDGE = (
@@ -348,6 +352,7 @@ class CeilingWorker:
                 "createdAt": now,
                 "priority": 0,
                 "messageGroup": None,
+                "expiresAt": None,
             },
         )
         assert await cursor.fetchone() is not None
@@ -368,6 +373,7 @@ class CeilingWorker:
                         "scheduled_ats": [now] * rows,
                         "priorities": [0] * rows,
                         "groups": [None] * rows,
+                        "expires_ats": [None] * rows,
                     },
                 )
                 await cursor.fetchall()

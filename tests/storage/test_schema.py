@@ -60,6 +60,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "deadLetteredFrom",
         "priority",  # revision 0009
         "messageGroup",  # revision 0012
+        "expiresAt",  # revision 0014
+        "expiredAt",
     }
     assert columns == seed | added_by_revisions
     assert indexes >= {
@@ -72,6 +74,8 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         (("pKind", "priority", "scheduledAt", "id"), False),
         # A group's front and waiting messages (revision 0012).
         (("pKind", "messageGroup", "priority", "scheduledAt", "id"), False),
+        # The expiry sweep's (revision 0014).
+        (("expiresAt",), False),
     }
 
 
