@@ -46,10 +46,12 @@ from app.domain.formats import (
 from app.domain.messages import (
     DEFAULT_GROUP_CONCURRENCY,
     DEFAULT_PRIORITY,
+    MAX_DELAY_SECONDS,
     MAX_GROUP_CONCURRENCY,
     MAX_LEASED_LIMIT,
     MAX_PRIORITY,
     MAX_WAIT_SECONDS,
+    MIN_TTL_SECONDS,
     Finish,
     IfExists,
     Outcome,
@@ -63,8 +65,6 @@ from app.domain.push import PUSH_URL_MAX, PUSH_URL_PATTERN
 MAX_LEASE_SECONDS = 12 * 3600
 # A cron entry installs its runs at most a day ahead (app/cron/service.py).
 MAX_LOOKAHEAD_SECONDS = MAX_LOOKAHEAD_MS // 1000
-# Far enough for any reminder, near enough that every due time prints as a date.
-MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
 # Push delivery (SPEC §12): a request's bound, and requests at once per queue and replica.
 DEFAULT_PUSH_TIMEOUT_SECONDS = 10.0
 MAX_PUSH_TIMEOUT_SECONDS = 300
@@ -241,9 +241,10 @@ class _Scheduled(_Request):
     )
     ttl: Number | None = Field(
         None,
-        ge=0.001,
+        ge=MIN_TTL_SECONDS,
         le=MAX_DELAY_SECONDS,
-        description="Seconds after the message is due until it expires (as `expires_at`)",
+        description="Seconds after the message is due until it expires (as `expires_at`; at "
+        "the latest 9999-12-31T23:59:59.999Z)",
     )
 
     @model_validator(mode="after")
