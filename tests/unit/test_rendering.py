@@ -70,6 +70,8 @@ def _lease(redelivery: bool) -> Lease:
                 dead_lettered_from='q."from"' if index % 2 else None,
                 priority=index % 10,
                 group=None if index % 3 else f'g"{index}"',
+                expires_at=None if index % 4 else 1_795_683_600_000 + 60_000 * index,
+                expired=index % 5 == 1,
             ),
             redelivery=redelivery and index % 2 == 0,
         )
@@ -96,6 +98,8 @@ def _fields(message: Message, state: State) -> dict:
         "dead_lettered_from": message.dead_lettered_from,
         "priority": message.priority,
         "group": message.group,
+        "expires_at": message.expires_at,
+        "expired": message.expired,
     }
 
 
