@@ -462,3 +462,10 @@ def test_a_run_past_its_ttl_is_never_delivered_and_the_sweep_takes_it(client, cl
     # The next run is due in its turn, and delivered before its own expiry.
     clock.advance((second - clock.now_ms()) / 1000)
     assert keys_of(poll(client, "q", max=10)) == [run_key("tick", entry["config_hash"], second)]
+    # The runs the manager installs later, from the stored entry, expire as these did.
+    installed = max(row["scheduledAt"] for row in stored_rows(database.url))
+    clock.advance(7200)
+    client.portal.call(client.app.state.cron_manager.run_pass)
+    rows = stored_rows(database.url)
+    assert max(row["scheduledAt"] for row in rows) > installed
+    assert all(row["expiresAt"] == row["scheduledAtInitially"] + 30_000 for row in rows)
