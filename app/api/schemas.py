@@ -20,8 +20,11 @@ from pydantic import (
     SkipValidation,
     Strict,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from app.cron.schedule import (
     CRON_EXPRESSION_PATTERN,
@@ -46,10 +49,12 @@ from app.domain.formats import (
 from app.domain.messages import (
     DEFAULT_GROUP_CONCURRENCY,
     DEFAULT_PRIORITY,
+    MAX_DELAY_SECONDS,
     MAX_GROUP_CONCURRENCY,
     MAX_LEASED_LIMIT,
     MAX_PRIORITY,
     MAX_WAIT_SECONDS,
+    MIN_TTL_SECONDS,
     Finish,
     IfExists,
     Outcome,
@@ -63,8 +68,6 @@ from app.domain.push import PUSH_URL_MAX, PUSH_URL_PATTERN
 MAX_LEASE_SECONDS = 12 * 3600
 # A cron entry installs its runs at most a day ahead (app/cron/service.py).
 MAX_LOOKAHEAD_SECONDS = MAX_LOOKAHEAD_MS // 1000
-# Far enough for any reminder, near enough that every due time prints as a date.
-MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
 # Push delivery (SPEC §12): a request's bound, and requests at once per queue and replica.
 DEFAULT_PUSH_TIMEOUT_SECONDS = 10.0
 MAX_PUSH_TIMEOUT_SECONDS = 300
@@ -241,9 +244,10 @@ class _Scheduled(_Request):
     )
     ttl: Number | None = Field(
         None,
-        ge=0.001,
+        ge=MIN_TTL_SECONDS,
         le=MAX_DELAY_SECONDS,
-        description="Seconds after the message is due until it expires (as `expires_at`)",
+        description="Seconds after the message is due until it expires (as `expires_at`; at "
+        "the latest 9999-12-31T23:59:59.999Z)",
     )
 
     @model_validator(mode="after")
@@ -706,6 +710,20 @@ class CronInstallRequest(_Request):
         None,
         description=f"Every run's group ({GROUP_DESCRIPTION}); part of the configuration",
     )
+    ttl: Number | None = Field(
+        None,
+        ge=MIN_TTL_SECONDS,
+        le=MAX_DELAY_SECONDS,
+        description="Seconds after each run is due until it expires (never delivered after "
+        "it: it then moves to the queue's dead-letter queue, `expired`: true, or is removed; "
+        "at the latest 9999-12-31T23:59:59.999Z); none (or null): runs do not expire. Part "
+        "of the configuration. An entry takes no `expires_at` (`422`): one time for every "
+        "run would expire all the runs after it",
+    )
+    # Not a field of an entry (docs/decisions/0028-expiry.md): declared, out of the schema,
+    # only so that a body giving it is refused with words saying why, not as any unknown
+    # field. Any value, null too: a producer that sends it expects it to mean something.
+    expires_at: SkipJsonSchema[JsonValue] = Field(None, exclude=True)
     lookahead: Number | None = Field(
         None,
         gt=0,
@@ -715,6 +733,15 @@ class CronInstallRequest(_Request):
             "minutes): at least the next run, and never more runs than the entry may keep"
         ),
     )
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _ttl_only(cls, value: object) -> None:
+        raise PydanticCustomError(
+            "extra_forbidden",
+            "a cron entry takes no expires_at: give ttl, the seconds after each run is due "
+            "until it expires (one time for every run would expire all the runs after it)",
+        )
 
     @model_validator(mode="after")
     def _a_schedule_that_can_run(self) -> CronInstallRequest:
@@ -744,8 +771,11 @@ class CronEntryResponse(BaseModel):
     lookahead: float | None = Field(description="Seconds; null for the default")
     priority: int = Field(description="Every run's priority")
     group: str | None = Field(description="Every run's group; null: none")
+    ttl: float | None = Field(
+        description="Seconds after each run is due until it expires; null: runs do not expire"
+    )
     config_hash: str = Field(
-        description="Identifies schedule, time zone, payload, priority and group"
+        description="Identifies schedule, time zone, payload, priority, group and ttl"
     )
     created_at: Timestamp
     updated_at: Timestamp

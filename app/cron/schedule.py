@@ -248,14 +248,21 @@ def most_runs_within(schedule: Schedule, span_ms: int) -> int:
 
 
 def config_hash(
-    schedule: Schedule, payload: bytes, priority: int = 0, group: str | None = None
+    schedule: Schedule,
+    payload: bytes,
+    priority: int = 0,
+    group: str | None = None,
+    ttl_ms: int | None = None,
 ) -> str:
-    """What identifies an entry's configuration: its schedule, zone, payload, priority and
-    group.
+    """What identifies an entry's configuration: its schedule, zone, payload, priority,
+    group and ttl (ms).
 
-    Priority 0 and no group add nothing, so an entry installed before priorities or
-    groups existed keeps its hash, and the keys of the runs it installed."""
+    Priority 0, no group and no ttl add nothing, so an entry installed before priorities,
+    groups or expiry existed keeps its hash, and the keys of the runs it installed."""
     canonical = json.dumps(schedule.as_json(), sort_keys=True, separators=(",", ":")).encode()
     ranked = f"\npriority={priority}".encode() if priority else b""
     grouped = b"\ngroup=" + json.dumps(group).encode() if group is not None else b""
-    return hashlib.sha256(canonical + b"\n" + payload + ranked + grouped).hexdigest()[:HASH_LENGTH]
+    expiring = f"\nttl_ms={ttl_ms}".encode() if ttl_ms is not None else b""
+    return hashlib.sha256(canonical + b"\n" + payload + ranked + grouped + expiring).hexdigest()[
+        :HASH_LENGTH
+    ]

@@ -21,7 +21,8 @@ from app.cron.ports import CronStorage
 from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs
 from app.domain.cron import CronEntry, InstallOutcome, run_key
 from app.domain.errors import CronEntryNotFound, CronEntryTooLarge
-from app.domain.messages import IfExists, Offer
+from app.domain.formats import seconds_to_ms
+from app.domain.messages import IfExists, Offer, expiry_after
 from app.domain.payloads import encode_payload
 from app.queue.notifier import Notifier
 from app.storage.calls import StorageCalls
@@ -54,6 +55,8 @@ class CronSpec:
     lookahead_seconds: float | None = None
     priority: int = 0
     group: str | None = None
+    # Every run expires this long after it is due (None: never).
+    ttl_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +104,19 @@ class CronService:
         lookahead_ms = (
             None if spec.lookahead_seconds is None else round(spec.lookahead_seconds * 1000)
         )
+        ttl_ms = None if spec.ttl_seconds is None else seconds_to_ms(spec.ttl_seconds)
         entry = CronEntry(
             queue=queue,
             name=name,
             schedule=json.dumps(spec.schedule.as_json(), sort_keys=True),
             payload=payload,
-            config_hash=config_hash(spec.schedule, payload, spec.priority, spec.group),
+            config_hash=config_hash(spec.schedule, payload, spec.priority, spec.group, ttl_ms),
             lookahead_ms=lookahead_ms,
             created_at=now,
             updated_at=now,
             priority=spec.priority,
             group=spec.group,
+            ttl_ms=ttl_ms,
         )
         installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
@@ -219,6 +224,7 @@ class CronService:
                 if_exists=IfExists.IGNORE,
                 priority=entry.priority,
                 group=entry.group,
+                expires_at=None if entry.ttl_ms is None else expiry_after(run, entry.ttl_ms),
             )
             for run in runs
         ]

@@ -38,6 +38,9 @@ class CronEntry:
     paused_at: int | None = None
     # The group of every run, if any (docs/flow-control.md).
     group: str | None = None
+    # Every run expires this long after it is due (ms; None: never), and never by one time
+    # for all (docs/decisions/0028-expiry.md).
+    ttl_ms: int | None = None
 
 
 class InstallOutcome(StrEnum):

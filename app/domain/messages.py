@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from app.domain.formats import LATEST_MS
+
 # Which queues a request may use. The service asks it about the queues a request
 # names (a redrive's `to`, a dead-letter queue); storage about those only the rows
 # know, under the rows' locks (where each dead letter goes back to).
@@ -28,6 +30,11 @@ PRIORITIES = tuple(range(MAX_PRIORITY, DEFAULT_PRIORITY - 1, -1))
 # the most it may say (docs/flow-control.md).
 DEFAULT_GROUP_CONCURRENCY = 1
 MAX_GROUP_CONCURRENCY = 1000
+# The longest delay, ttl or retry delay (seconds): far enough for any reminder, near
+# enough that every due time it gives from now prints as a date.
+MAX_DELAY_SECONDS = 100 * 366 * 24 * 3600
+# The shortest ttl (seconds): a millisecond, the finest time the service keeps.
+MIN_TTL_SECONDS = 0.001
 
 
 def waiting_priority(priority: int) -> int:
@@ -203,7 +210,14 @@ class When:
         """When a message due at `due` expires (None: never)."""
         if self.expires_at is not None:
             return self.expires_at
-        return None if self.ttl is None else due + self.ttl
+        return None if self.ttl is None else expiry_after(due, self.ttl)
+
+
+def expiry_after(due: int, ttl_ms: int) -> int:
+    """When a message due at `due` with a time to live of `ttl_ms` expires: that long after
+    it is due, or at the last instant a time prints as (9999-12-31T23:59:59.999Z) if that
+    comes first (a message due late in 9999 may carry a ttl of up to MAX_DELAY_SECONDS)."""
+    return min(due + ttl_ms, LATEST_MS)
 
 
 @dataclass(frozen=True, slots=True)

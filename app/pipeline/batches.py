@@ -1,8 +1,8 @@
 """The row checks of app/pipeline/rows.py over a whole Arrow batch at once.
 
-The import's executors check each batch here: names, keys, times, priorities and
-groups by pyarrow.compute (the API's own patterns, from app/domain/formats.py, run by
-Arrow's RE2, and RFC 3339 times turned into epoch ms with integer arithmetic);
+The import's executors check each batch here: names, keys, times, priorities, groups
+and expiries by pyarrow.compute (the API's own patterns, from app/domain/formats.py,
+run by Arrow's RE2, and RFC 3339 times turned into epoch ms with integer arithmetic);
 payloads in Python, one JSON decode and compact encode per row
 (app/domain/payloads.py's encode_payload, as the API stores them), the only
 part with no vectorised equivalent that stores the same bytes. Each row gets the
@@ -29,9 +29,9 @@ from app.domain.formats import (
     QUEUE_PATTERN,
     RFC3339_PATTERN,
 )
-from app.domain.messages import DEFAULT_PRIORITY
+from app.domain.messages import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MIN_TTL_SECONDS
 from app.domain.payloads import MAX_PAYLOAD_DEPTH, encode_payload
-from app.pipeline.rows import _DECODER, _PRIORITY, FIELDS, Reason
+from app.pipeline.rows import _DECODER, _NUMBER, _PRIORITY, FIELDS, Reason
 
 # The parts of a time RFC3339_PATTERN took already: its fields at fixed places.
 _TIME_PARTS = (
@@ -60,20 +60,22 @@ _AS_STORED = (
 @dataclass(frozen=True)
 class Verdicts:
     """A batch's rows checked: per row a reason (None: valid) and, for a valid row, its
-    stored payload, due time (epoch ms), priority and group (null: none)."""
+    stored payload, due time (epoch ms), priority, group (null: none) and expiry (epoch
+    ms; null: none)."""
 
     reasons: pa.Array  # string
     payloads: list[bytes | None]
     due: pa.Array  # int64
     priorities: pa.Array  # int64
     groups: pa.Array  # string
+    expiries: pa.Array  # int64
 
 
 def check_batch(batch: pa.RecordBatch, *, now_ms: int, max_payload_bytes: int) -> Verdicts:
     """The verdicts of a normalized batch (transforms.NORMALIZED's columns): a row with
     an `input_error` keeps it as its reason; the others are checked as check_row does,
     in its order, so a row with several faults gets the reason of the first."""
-    queue, key, payload, scheduled_at, priority, group, input_error = (
+    queue, key, payload, scheduled_at, priority, group, expires_at, ttl, input_error = (
         batch.column(name) for name in (*FIELDS, "input_error")
     )
     reasons = input_error.cast(pa.string())
@@ -130,9 +132,7 @@ def check_batch(batch: pa.RecordBatch, *, now_ms: int, max_payload_bytes: int) -
             payload_reasons[row] = Reason.PAYLOAD_TOO_DEEP
     reasons = pc.coalesce(reasons, pa.array(payload_reasons, pa.string()))
 
-    # Bulk data repeats its times: each distinct one is worked out once.
-    distinct = pc.dictionary_encode(scheduled_at)
-    due = pc.take(_epoch_ms(distinct.dictionary), distinct.indices)
+    due = _distinct_epoch_ms(scheduled_at)
     given = pc.invert(_blank(scheduled_at))
     reject(pc.and_(given, pc.is_null(due)), Reason.INVALID_SCHEDULED_AT)
     due = pc.if_else(given, due, pa.scalar(now_ms, pa.int64()))
@@ -153,12 +153,50 @@ def check_batch(batch: pa.RecordBatch, *, now_ms: int, max_payload_bytes: int) -
         Reason.INVALID_GROUP,
     )
     groups = pc.if_else(group_given, group, pa.scalar(None, pa.string()))
-    return Verdicts(reasons, payloads, due, priorities, groups)
+
+    # An expiry at a time, or a ttl after the row is due (at the latest LATEST_MS, as
+    # app/domain/messages.py's expiry_after); as the API, not both.
+    at_given = pc.invert(_blank(expires_at))
+    ttl_given = pc.invert(_blank(ttl))
+    at = _distinct_epoch_ms(expires_at)
+    ttl_ms = _ttl_ms(ttl)
+    reject(pc.and_(at_given, ttl_given), Reason.INVALID_EXPIRY)
+    reject(pc.and_(at_given, pc.is_null(at)), Reason.INVALID_EXPIRY)
+    reject(pc.and_(ttl_given, pc.is_null(ttl_ms)), Reason.INVALID_EXPIRY)
+    after = pc.min_element_wise(
+        pc.add(due, ttl_ms), pa.scalar(LATEST_MS, pa.int64()), skip_nulls=False
+    )
+    expiries = pc.if_else(at_given, at, pc.if_else(ttl_given, after, pa.scalar(None, pa.int64())))
+    return Verdicts(reasons, payloads, due, priorities, groups, expiries)
 
 
 def _blank(values: pa.Array) -> pa.Array:
     """Null or empty text."""
     return pc.fill_null(pc.equal(values, ""), True)
+
+
+def _distinct_epoch_ms(times: pa.Array) -> pa.Array:
+    """_epoch_ms of each time; bulk data repeats its times, so each distinct one is
+    worked out once."""
+    distinct = pc.dictionary_encode(times)
+    return pc.take(_epoch_ms(distinct.dictionary), distinct.indices)
+
+
+def _ttl_ms(texts: pa.Array) -> pa.Array:
+    """Each ttl's ms (app/pipeline/rows.py's _ttl_ms, over a column): a JSON number of
+    seconds within the API's bounds, rounded to the millisecond half to even as Python's
+    round is; null for anything else."""
+    number = pc.fill_null(pc.match_substring_regex(texts, f"^{_NUMBER.pattern}$"), False)
+    # Arrow reads a number's text to the same double as Python's float (both round
+    # correctly), inf past a double's range too.
+    seconds = pc.cast(pc.if_else(number, texts, pa.scalar(None, pa.string())), pa.float64())
+    within = pc.and_(
+        pc.greater_equal(seconds, MIN_TTL_SECONDS), pc.less_equal(seconds, MAX_DELAY_SECONDS)
+    )
+    values = seconds.to_numpy(zero_copy_only=False)
+    valid = pc.fill_null(within, False).to_numpy(zero_copy_only=False)
+    milliseconds = np.rint(np.where(valid, values, 0) * 1000).astype(np.int64)
+    return pa.array(milliseconds, pa.int64(), mask=~valid)
 
 
 def _epoch_ms(times: pa.Array) -> pa.Array:
@@ -226,18 +264,19 @@ def _digits(texts: pa.Array, start: int, stop: int | None) -> np.ndarray:
     return pc.fill_null(pc.cast(part, pa.int64()), 0).to_numpy(zero_copy_only=False)
 
 
-# A valid row: queue, key, stored payload, due, priority, group, then the row's own
-# fields (FIELDS: a duplicate goes to the rejects as read).
-Valid = tuple[str, str, bytes, int, int, str | None, tuple]
-# What an offer needs of a winner: queue, key, stored payload, due, priority, group.
-Winner = tuple[str, str, bytes, int, int, str | None]
+# A valid row: queue, key, stored payload, due, priority, group, expiry, then the row's
+# own fields (FIELDS: a duplicate goes to the rejects as read).
+Valid = tuple[str, str, bytes, int, int, str | None, int | None, tuple]
+# What an offer needs of a winner: queue, key, stored payload, due, priority, group, expiry.
+Winner = tuple[str, str, bytes, int, int, str | None, int | None]
 
 
 class KeyGroups:
     """transforms.judge's rule for duplicate keys, batch by batch: of the valid rows of one
     (queue, key), which come together (transforms.co_locate), the one due last wins, then
     the one with the greatest stored payload, then the highest priority, then the greatest
-    group (none before any); the others are duplicates. A group may go on in the next batch, so the last one is held back until
+    group (none before any), then the latest expiry (none before any); the others are
+    duplicates. A group may go on in the next batch, so the last one is held back until
     the next batch or `finish`."""
 
     def __init__(self) -> None:
@@ -258,6 +297,7 @@ class KeyGroups:
             pc.take(verdicts.due, valid).to_pylist(),
             pc.take(verdicts.priorities, valid).to_pylist(),
             pc.take(verdicts.groups, valid).to_pylist(),
+            pc.take(verdicts.expiries, valid).to_pylist(),
         )
         last = len(indices) - 1
         held = self._held
@@ -270,7 +310,7 @@ class KeyGroups:
         if not repeats and (held is None or held[:2] != (columns[0][0], columns[1][0])):
             # Every key once, and none going on from the last batch: all but the
             # last row win now; it may go on in the next batch.
-            winners: list[Winner] = [] if held is None else [held[:6]]
+            winners: list[Winner] = [] if held is None else [held[:7]]
             winners.extend(zip(*(column[:last] for column in columns), strict=True))
             self._held = (*(column[last] for column in columns), _fields(batch, indices[last]))
             return winners, []
@@ -279,25 +319,25 @@ class KeyGroups:
             candidate: Valid = (*row, _fields(batch, indices[position]))
             if held is None or held[:2] != candidate[:2]:
                 if held is not None:
-                    winners.append(held[:6])
+                    winners.append(held[:7])
                 held = candidate
                 continue
             loser = candidate
             if _rank(candidate) > _rank(held):
                 loser, held = held, candidate
-            duplicates.append(loser[6])
+            duplicates.append(loser[7])
         self._held = held
         return winners, duplicates
 
     def finish(self) -> list[Winner]:
         """The winner of the last group."""
         held, self._held = self._held, None
-        return [] if held is None else [held[:6]]
+        return [] if held is None else [held[:7]]
 
 
-def _rank(row: Valid) -> tuple[int, bytes, int, str]:
-    """transforms._rank: due, then stored payload, then priority, then group."""
-    return row[3], row[2], row[4], row[5] or ""
+def _rank(row: Valid) -> tuple[int, bytes, int, str, bool, int]:
+    """transforms._rank: due, then stored payload, then priority, then group, then expiry."""
+    return row[3], row[2], row[4], row[5] or "", row[6] is not None, row[6] or 0
 
 
 def _fields(batch: pa.RecordBatch, index: int) -> tuple:

@@ -157,7 +157,8 @@ def named_for_import(database_url: str) -> str:
 _COUNTS = ("seen", "created", "updated", "ignored")
 _OUTPUT = (
     "queue string, key string, payload string, scheduled_at string, priority string, "
-    "`group` string, reason string, seen long, created long, updated long, ignored long"
+    "`group` string, expires_at string, ttl string, reason string, seen long, created long, "
+    "updated long, ignored long"
 )
 _REJECT_COLUMNS = (*transforms.FIELDS, "reason")
 _OUTPUT_ARROW = pa.schema(
@@ -197,9 +198,9 @@ def _check_and_write(
         groups = KeyGroups()
 
         def offer(winners: list) -> None:
-            for queue, key, payload, due, priority, group in winners:
+            for queue, key, payload, due, priority, group, expires_at in winners:
                 offers = pending.setdefault(queue, [])
-                offers.append(Offer(key, payload, due, if_exists, priority, group))
+                offers.append(Offer(key, payload, due, if_exists, priority, group, expires_at))
                 if len(offers) >= per_call:
                     flush(queue)
 
@@ -313,6 +314,8 @@ def main_import(arguments, settings) -> int:
         "scheduled_at": arguments.scheduled_at_column,
         "priority": arguments.priority_column,
         "group": arguments.group_column,
+        "expires_at": arguments.expires_at_column,
+        "ttl": arguments.ttl_column,
     }
     rejects = arguments.rejects or arguments.input.rstrip("/") + ".rejects"
     database_url = (

@@ -14,12 +14,23 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.domain.errors import InvalidPayload, PayloadTooDeep, PayloadTooLarge
-from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, RFC3339_PATTERN, parse_timestamp
-from app.domain.messages import DEFAULT_PRIORITY
+from app.domain.formats import (
+    KEY_PATTERN,
+    QUEUE_PATTERN,
+    RFC3339_PATTERN,
+    parse_timestamp,
+    seconds_to_ms,
+)
+from app.domain.messages import (
+    DEFAULT_PRIORITY,
+    MAX_DELAY_SECONDS,
+    MIN_TTL_SECONDS,
+    expiry_after,
+)
 from app.domain.payloads import encode_payload
 
 # An input row's fields, in the order check_row takes them (all text).
-FIELDS = ("queue", "key", "payload", "scheduled_at", "priority", "group")
+FIELDS = ("queue", "key", "payload", "scheduled_at", "priority", "group", "expires_at", "ttl")
 _QUEUE = re.compile(QUEUE_PATTERN)
 # One decoder for every row (json.loads with an option builds one per call).
 _DECODER = json.JSONDecoder(parse_constant=lambda name: _not_json(name))
@@ -28,6 +39,8 @@ _RFC3339 = re.compile(RFC3339_PATTERN)
 # A priority as the API takes it, 0-9, a JSON integer or a whole number written with a
 # fraction (5.0, as a float column reads as text); as text, so "5" from a CSV too.
 _PRIORITY = re.compile(r"[0-9](?:\.0+)?")
+# A ttl as the API takes it: a JSON number (a numeric column reads as one: 5, 5.0, 1.0E-4).
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 class Reason:
@@ -44,6 +57,9 @@ class Reason:
     INVALID_SCHEDULED_AT = "invalid_scheduled_at"
     INVALID_PRIORITY = "invalid_priority"  # not a whole number 0-9
     INVALID_GROUP = "invalid_group"  # over 200 characters, or a control character
+    # An expires_at that is no RFC 3339 time with a zone; a ttl that is no number of
+    # seconds from 0.001 to 100 years; or both given (docs/decisions/0028-expiry.md).
+    INVALID_EXPIRY = "invalid_expiry"
     DUPLICATE_KEY = "duplicate_key"
     UNKNOWN_FIELD = "unknown_field"  # a JSON line with a field no column takes
 
@@ -57,6 +73,7 @@ class Checked:
     scheduled_at: int | None = None  # epoch ms
     priority: int = DEFAULT_PRIORITY
     group: str | None = None
+    expires_at: int | None = None  # epoch ms; None: never
 
 
 def check_row(
@@ -66,13 +83,17 @@ def check_row(
     scheduled_at: str | None,
     priority: str | None = None,
     group: str | None = None,
+    expires_at: str | None = None,
+    ttl: str | None = None,
     *,
     now_ms: int,
     max_payload_bytes: int,
 ) -> Checked:
     """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now;
     `priority` a whole number 0-9 as text, or None for the default; `group` a key's
-    text (docs/flow-control.md), or None (or empty, as an empty CSV field) for none."""
+    text (docs/flow-control.md), or None (or empty, as an empty CSV field) for none;
+    the expiry `expires_at`, RFC 3339 with a zone, or `ttl`, seconds after the row is
+    due as a number's text, not both, or neither (None or empty) for none."""
     if not queue:
         return Checked(Reason.MISSING_QUEUE)
     if not _valid_queue(queue):
@@ -93,23 +114,35 @@ def check_row(
     # deeper than the limit, which encode_payload checks for everything shallower.
     except (RecursionError, PayloadTooDeep):
         return Checked(Reason.PAYLOAD_TOO_DEEP)
-    if scheduled_at is None or scheduled_at == "":
-        due: int | None = now_ms
-    else:
-        due = _due(scheduled_at)
-        if due is None:
+    due = now_ms
+    if scheduled_at is not None and scheduled_at != "":
+        parsed = _due(scheduled_at)
+        if parsed is None:
             return Checked(Reason.INVALID_SCHEDULED_AT)
+        due = parsed
     if priority is None or priority == "":
         ranked = DEFAULT_PRIORITY
     elif _PRIORITY.fullmatch(priority):
         ranked = int(priority[0])
     else:
         return Checked(Reason.INVALID_PRIORITY)
-    if group is None or group == "":
-        return Checked(None, stored, due, ranked)
-    if not _valid_group(group):
+    if group == "":
+        group = None
+    elif group is not None and not _valid_group(group):
         return Checked(Reason.INVALID_GROUP)
-    return Checked(None, stored, due, ranked, group)
+    expires: int | None = None
+    if expires_at is not None and expires_at != "":
+        if ttl is not None and ttl != "":
+            return Checked(Reason.INVALID_EXPIRY)  # as the API: one or the other
+        expires = _due(expires_at)
+        if expires is None:
+            return Checked(Reason.INVALID_EXPIRY)
+    elif ttl is not None and ttl != "":
+        ttl_ms = _ttl_ms(ttl)
+        if ttl_ms is None:
+            return Checked(Reason.INVALID_EXPIRY)
+        expires = expiry_after(due, ttl_ms)
+    return Checked(None, stored, due, ranked, group, expires)
 
 
 # Bulk data repeats its queues and times: check each distinct one once per worker.
@@ -133,6 +166,18 @@ def _due(scheduled_at: str) -> int | None:
         return parse_timestamp(scheduled_at)
     except (ValueError, OverflowError):
         return None
+
+
+@lru_cache(maxsize=65536)
+def _ttl_ms(ttl: str) -> int | None:
+    """A ttl's ms, as the API takes `ttl` (a JSON number of seconds, 0.001 to 100 years),
+    or None if it is not one."""
+    if not _NUMBER.fullmatch(ttl):
+        return None
+    seconds = float(ttl)  # inf past a double's range: beyond the bound
+    if not MIN_TTL_SECONDS <= seconds <= MAX_DELAY_SECONDS:
+        return None
+    return seconds_to_ms(seconds)
 
 
 def _not_json(name: str) -> None:

@@ -1,7 +1,8 @@
 """The import's transforms.
 
     normalize (DataFrame) -> queue, key, payload (JSON text), scheduled_at (text),
-                             priority (text), group (text), input_error
+                             priority (text), group (text), expires_at (text),
+                             ttl (text), input_error
     co_locate (DataFrame) -> the rows of each key together, in one partition
     judge (rows, in Python) -> each row with its verdict: stored form, or a reason
 
@@ -24,10 +25,10 @@ from app.pipeline.rows import FIELDS, Checked, Reason, check_row, json_text
 
 NORMALIZED = (
     "queue string, key string, payload string, scheduled_at string, priority string, "
-    "`group` string, input_error string"
+    "`group` string, expires_at string, ttl string, input_error string"
 )
-# One normalized row, in NORMALIZED's order.
-Row = tuple[str | None, str | None, str | None, str | None, str | None, str | None, str | None]
+# One normalized row, in NORMALIZED's order (every field text, or None).
+Row = tuple[str | None, ...]
 # A JSON line that is not a JSON object with these fields.
 INVALID_LINE = "invalid_json_line"
 
@@ -35,12 +36,14 @@ INVALID_LINE = "invalid_json_line"
 def normalize(
     df: DataFrame, *, json_lines: bool, columns: dict[str, str], queue: str | None
 ) -> DataFrame:
-    """The input's rows as the six fields, all text; `columns` maps field to input column.
+    """The input's rows as the fields (FIELDS), all text; `columns` maps field to input
+    column.
 
     JSON lines come as one `value` column of text (spark.read.text), so that any
     JSON value can be a payload; other formats hold JSON text in the payload
-    column. A timestamp-typed `scheduled_at` becomes RFC 3339 in UTC. `queue`
-    names the queue of every row of a file without a queue column.
+    column. A timestamp-typed `scheduled_at` or `expires_at` becomes RFC 3339 in UTC,
+    and a numeric `ttl` its number's text. `queue` names the queue of every row of a
+    file without a queue column.
     """
     if json_lines:
         return df.mapInArrow(_parse_lines(columns, queue), NORMALIZED)
@@ -57,7 +60,8 @@ def normalize(
         raise ValueError(
             f"the input has columns no field takes: {unknown}; name them with "
             "--key-column, --payload-column, --scheduled-at-column, --priority-column, "
-            "--group-column or --queue-column, or leave them out of the input"
+            "--group-column, --expires-at-column, --ttl-column or --queue-column, or leave "
+            "them out of the input"
         )
 
     def field(name: str) -> Column:
@@ -111,6 +115,8 @@ def _line_fields(line: str, names: dict[str, str], queue: str | None) -> dict[st
             "scheduled_at": _text(record.get(names["scheduled_at"])),
             "priority": _number(record.get(names["priority"])),
             "group": None,
+            "expires_at": _text(record.get(names["expires_at"])),
+            "ttl": _number(record.get(names["ttl"])),
             "input_error": None,
         }
         group = record.get(names["group"])
@@ -170,30 +176,23 @@ def judge(
     """Each normalized row with its verdict, for rows that come grouped by (queue, key).
 
     A row is a tuple in NORMALIZED's order (queue, key, payload, scheduled_at,
-    priority, group, input_error): the executors zip Arrow's columns into them, the
-    cheapest form. Of the valid rows of one key, the one due last wins, then the one
-    with the greatest stored payload (bytes), then the highest priority, then the
-    greatest group (by code point; none before any), so the choice does not depend on
-    the input's order or partitioning; the others get reason `duplicate_key`. A
-    winner is yielded once the rows of its key have ended.
+    priority, group, expires_at, ttl, input_error): the executors zip Arrow's columns
+    into them, the cheapest form. Of the valid rows of one key, the one due last wins,
+    then the one with the greatest stored payload (bytes), then the highest priority,
+    then the greatest group (by code point; none before any), then the latest expiry
+    (none before any), so the choice does not depend on the input's order or
+    partitioning; the others get reason `duplicate_key`. A winner is yielded once the
+    rows of its key have ended.
     """
     current: tuple[str | None, str | None] | None = None
     best: tuple[Row, Checked] | None = None
     for row in rows:
-        queue, key, payload, scheduled_at, priority, group, input_error = row
+        *fields, input_error = row
         if input_error is not None:
             yield row, Checked(input_error)
             continue
-        checked = check_row(
-            queue,
-            key,
-            payload,
-            scheduled_at,
-            priority,
-            group,
-            now_ms=now_ms,
-            max_payload_bytes=max_payload_bytes,
-        )
+        checked = check_row(*fields, now_ms=now_ms, max_payload_bytes=max_payload_bytes)
+        queue, key = fields[0], fields[1]
         if checked.reason is not None:
             yield row, checked
             continue
@@ -210,11 +209,14 @@ def judge(
         yield best
 
 
-def _rank(checked: Checked) -> tuple[int, bytes, int, str]:
-    # The group last: two rows that differ only in it must not be settled by their order.
+def _rank(checked: Checked) -> tuple[int, bytes, int, str, bool, int]:
+    # The group and the expiry last: two rows that differ only in them must not be settled
+    # by their order.
     return (
         checked.scheduled_at or 0,
         checked.payload or b"",
         checked.priority,
         checked.group or "",
+        checked.expires_at is not None,
+        checked.expires_at or 0,
     )

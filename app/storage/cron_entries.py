@@ -66,6 +66,7 @@ class SqlCronEntries:
                 "new_lookahead_ms": entry.lookahead_ms,
                 "new_priority": entry.priority,
                 "new_group": entry.group,
+                "new_ttl_ms": entry.ttl_ms,
                 "now": entry.updated_at,
             },
         )
@@ -216,6 +217,7 @@ def _cron_row(entry: CronEntry) -> dict[str, Any]:
         "priority": entry.priority,
         "pausedAt": entry.paused_at,
         "messageGroup": entry.group,
+        "ttlMs": entry.ttl_ms,
     }
 
 
@@ -232,6 +234,7 @@ def _cron_entry(row: Any) -> CronEntry:
         priority=row.priority,
         paused_at=row.pausedAt,
         group=row.messageGroup,
+        ttl_ms=row.ttlMs,
     )
 
 

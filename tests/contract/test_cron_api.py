@@ -13,9 +13,9 @@ from app.cron.schedule import LATEST_RUN_MS, Schedule, config_hash
 from app.domain.cron import CronEntry, run_key
 from app.domain.errors import StorageUnavailable
 from app.domain.formats import parse_timestamp
-from app.domain.messages import IfExists, Offer
+from app.domain.messages import MAX_DELAY_SECONDS, IfExists, Offer
 from app.main import create_app
-from tests.helpers import keys_of, poll, stored_rows
+from tests.helpers import at, cron_rows, history_rows, keys_of, poll, stored_rows
 
 DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}
 
@@ -383,3 +383,89 @@ def test_an_entry_s_priority_outside_0_to_9_is_422(client, database, priority):
     body = {"payload": 1, "every": 600, "priority": priority}
     assert install(client, "tick", "q", **body).status_code == 422
     assert stored_rows(database.url) == []
+
+
+def test_an_entry_s_ttl_is_every_run_s_expiry_and_a_change_of_it_replaces_its_runs(
+    client, database
+):
+    every = {"payload": 1, "every": 600}
+    created = install(client, "tick", "q", **every, ttl=90).json()
+    assert created["ttl"] == 90
+    plain = config_hash(Schedule(every=600.0), b"1")
+    expiring = config_hash(Schedule(every=600.0), b"1", ttl_ms=90_000)
+    assert created["config_hash"] == expiring != plain
+    assert [row["ttlMs"] for row in cron_rows(database.url)] == [90_000]
+    rows = stored_rows(database.url)
+    assert rows and all(row["expiresAt"] == row["scheduledAt"] + 90_000 for row in rows)
+    assert all(f"/{expiring}/" in row["pKey"] for row in rows)
+    shown = client.get("/v1/queues/q/cron/tick").json()
+    assert shown["ttl"] == 90
+    run = client.get(f"/v1/queues/q/messages/{rows[0]['pKey']}").json()
+    assert run["expires_at"] == at(rows[0]["scheduledAt"] + 90_000)
+    assert install(client, "tick", "q", **every, ttl=90.0).json()["outcome"] == "unchanged"
+
+    changed = install(client, "tick", "q", **every, ttl=1.5)
+    assert (changed.status_code, changed.json()["outcome"], changed.json()["ttl"]) == (
+        200,
+        "changed",
+        1.5,
+    )
+    assert changed.json()["config_hash"] not in (expiring, plain)
+    rows = stored_rows(database.url)
+    assert rows and all(row["expiresAt"] == row["scheduledAt"] + 1_500 for row in rows)
+
+    dropped = install(client, "tick", "q", **every)  # ttl left out: runs do not expire
+    assert (dropped.json()["outcome"], dropped.json()["ttl"]) == ("changed", None)
+    assert dropped.json()["config_hash"] == plain
+    assert [row["ttlMs"] for row in cron_rows(database.url)] == [None]
+    rows = stored_rows(database.url)
+    assert rows and {row["expiresAt"] for row in rows} == {None}
+    assert all(f"/{plain}/" in row["pKey"] for row in rows)
+
+
+@pytest.mark.parametrize("ttl", [0, 0.0009, -1, "60", True, MAX_DELAY_SECONDS + 1, [60]])
+def test_an_entry_s_ttl_the_api_refuses_on_a_message_is_422(client, database, ttl):
+    response = install(client, "tick", "q", payload=1, every=600, ttl=ttl)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert cron_rows(database.url) == [] and stored_rows(database.url) == []
+
+
+@pytest.mark.parametrize(
+    "expiry",
+    [
+        {"expires_at": "2026-11-27T00:00:00Z"},
+        {"expires_at": None},
+        {"expires_at": "2026-11-27T00:00:00Z", "ttl": 60},
+    ],
+)
+def test_an_entry_takes_ttl_only_and_an_expires_at_is_422_saying_so(client, database, expiry):
+    response = install(client, "tick", "q", payload=1, every=600, **expiry)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert [error["loc"] for error in problem["errors"]] == [["body", "expires_at"]]
+    assert "takes no expires_at: give ttl" in problem["detail"]
+    assert cron_rows(database.url) == [] and stored_rows(database.url) == []
+
+
+def test_a_run_past_its_ttl_is_never_delivered_and_the_sweep_takes_it(client, clock, database):
+    client.portal.call(client.app.state.expiry_sweeper.stop)  # only the sweeps below run
+    entry = install(client, "tick", "q", payload=1, every=600, ttl=30).json()
+    first, second = (parse_timestamp(run) for run in entry["next_runs"][:2])
+    clock.advance((first + 30_000 - clock.now_ms()) / 1000)  # the first run's expiry
+    assert poll(client, "q", max=10)["messages"] == []
+    assert client.portal.call(client.app.state.service.expire, 500) == 1
+    assert [(row["key"], row["outcome"]) for row in history_rows(database.url)] == [
+        (run_key("tick", entry["config_hash"], first), "expired")
+    ]
+    # The next run is due in its turn, and delivered before its own expiry.
+    clock.advance((second - clock.now_ms()) / 1000)
+    assert keys_of(poll(client, "q", max=10)) == [run_key("tick", entry["config_hash"], second)]
+    # The runs the manager installs later, from the stored entry, expire as these did.
+    installed = max(row["scheduledAt"] for row in stored_rows(database.url))
+    clock.advance(7200)
+    client.portal.call(client.app.state.cron_manager.run_pass)
+    rows = stored_rows(database.url)
+    assert max(row["scheduledAt"] for row in rows) > installed
+    assert all(row["expiresAt"] == row["scheduledAtInitially"] + 30_000 for row in rows)

@@ -108,9 +108,7 @@ def test_past_its_expiry_a_message_is_never_delivered_even_before_a_sweep(client
     assert poll(client, "q")["messages"] == []
 
 
-def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(
-    client, clock, database
-):
+def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(client, clock, database):
     offered(client, "soon", ttl=1)
     offered(client, "later", ttl=5)
     offered(client, "never")
@@ -126,9 +124,7 @@ def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(
     assert 'hourglass_messages_expired_total{queue="q"} 1.0' in metrics
 
 
-def test_with_a_dead_letter_queue_it_moves_there_marked_expired_and_stays(
-    client, clock, database
-):
+def test_with_a_dead_letter_queue_it_moves_there_marked_expired_and_stays(client, clock, database):
     configure(client, max_deliveries=3)
     offered(client, "k", ttl=2, priority=4)
     clock.advance(2)
@@ -192,3 +188,11 @@ def test_a_sweep_takes_every_queue_s_expired_messages_in_batches(client, clock, 
     clock.advance(1)
     assert sweep(client) == 1_200
     assert stored_rows(database.url) == []
+
+
+def test_a_ttl_that_reaches_past_year_9999_expires_at_its_last_instant(client):
+    # Due late in 9999, a ttl of up to a hundred years would expire at no time that prints.
+    offered(client, "late", scheduled_at="9999-12-31T00:00:00Z", ttl=30 * 86_400)
+    assert message(client, "late")["expires_at"] == "9999-12-31T23:59:59.999Z"
+    listed = client.get("/v1/queues/q/messages").json()["messages"]
+    assert [each["expires_at"] for each in listed] == ["9999-12-31T23:59:59.999Z"]

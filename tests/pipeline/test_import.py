@@ -4,6 +4,7 @@ reasons, and a second run that creates nothing."""
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -202,6 +203,79 @@ def test_a_group_column_is_stored_checked_and_changed_like_the_other_fields(
     )
 
 
+def _write_expiring(path, rows) -> str:
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["queue", "key", "payload", "scheduled_at", "life"])
+        writer.writerows(rows)
+    return str(path)
+
+
+DUE = "2026-11-27T09:00:00Z"
+EXPIRING = [
+    ("q", "minute", "1", DUE, "60"),
+    ("q", "now", "2", "", "1.5"),  # due now: expires 1.5 s from now
+    ("q", "never", "3", DUE, ""),  # an empty field: no expiry
+]
+BAD_EXPIRIES = [("q", "zero", "4", DUE, "0"), ("q", "soon", "5", DUE, "soon")]
+
+
+def test_an_expiry_column_is_stored_checked_and_changed_like_the_other_fields(
+    spark, clean_database, tmp_path
+):
+    path = _write_expiring(tmp_path / "in.csv", EXPIRING + BAD_EXPIRIES)
+    counts = _import(spark, clean_database, path, tmp_path, columns={"ttl": "life"})
+    assert (counts.created, counts.rejected, counts.rows) == (3, 2, 5)
+    due = START_MS + 86_400_000
+    expiries = {row["pKey"]: row["expiresAt"] for row in stored_rows(clean_database.url)}
+    assert expiries == {"minute": due + 60_000, "now": START_MS + 1_500, "never": None}
+    rejects = spark.read.parquet(str(tmp_path / "rejects")).collect()
+    assert sorted((row["key"], row["ttl"], row["reason"]) for row in rejects) == [
+        ("soon", "soon", "invalid_expiry"),
+        ("zero", "0", "invalid_expiry"),
+    ]
+
+    # The same file again: nothing changes, every valid row is ignored.
+    before = stored_rows(clean_database.url)
+    again = _import(spark, clean_database, path, tmp_path, columns={"ttl": "life"})
+    assert (again.created, again.updated, again.ignored, again.rejected) == (0, 0, 3, 2)
+    assert stored_rows(clean_database.url) == before
+
+    # An expiry changed, added or taken away is an update; the rest is ignored.
+    changed = [
+        ("q", "minute", "1", DUE, "120"),
+        ("q", "now", "2", "", ""),
+        ("q", "never", "3", DUE, "30"),
+    ]
+    path = _write_expiring(tmp_path / "changed.csv", changed)
+    updated = _import(spark, clean_database, path, tmp_path, columns={"ttl": "life"})
+    assert (updated.created, updated.updated, updated.ignored) == (0, 3, 0)
+    expiries = {row["pKey"]: row["expiresAt"] for row in stored_rows(clean_database.url)}
+    assert expiries == {"minute": due + 120_000, "now": None, "never": due + 30_000}
+
+    # Parquet, under the fields' own names: a timestamp expires_at and a numeric ttl, one
+    # or the other in each row.
+    truncate_all(clean_database.url)
+    at = dt.datetime(2026, 11, 28, 9, 0, tzinfo=dt.UTC)
+    spark.createDataFrame(
+        [("q", "at", "1", DUE, at, None), ("q", "ttl", "2", DUE, None, 90.0)]
+        + [("q", "both", "3", DUE, at, 90.0), ("q", "negative", "4", DUE, None, -1.0)],
+        "queue string, key string, payload string, scheduled_at string, "
+        "expires_at timestamp, ttl double",
+    ).write.parquet(str(tmp_path / "in.parquet"))
+    typed = _import(spark, clean_database, str(tmp_path / "in.parquet"), tmp_path, fmt="parquet")
+    assert (typed.created, typed.rejected) == (2, 2)
+    expiries = {row["pKey"]: row["expiresAt"] for row in stored_rows(clean_database.url)}
+    assert expiries == {"at": due + 86_400_000, "ttl": due + 90_000}
+    rejects = spark.read.parquet(str(tmp_path / "rejects")).collect()
+    assert sorted(
+        (row["key"], row["expires_at"], row["ttl"], row["reason"]) for row in rejects
+    ) == [
+        ("both", "2026-11-28T09:00:00.000Z", "90.0", "invalid_expiry"),
+        ("negative", None, "-1.0", "invalid_expiry"),
+    ]
+
+
 def test_json_lines_into_one_queue(spark, clean_database, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(
@@ -230,11 +304,11 @@ def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
     path = str(tmp_path / "in.csv")
     with open(path, "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["queue", "key", "payload", "scheduled_at", "tenant"])
-        writer.writerows((*row, "tenant-a") for row in GOOD + BAD)
+        writer.writerow(["queue", "key", "payload", "scheduled_at", "tenant", "life"])
+        writer.writerows((*row, "tenant-a", "60") for row in GOOD + BAD)
     command = [sys.executable, "-m", "app", "pipeline", "import", path, "--master", "local[1]"]
     result = subprocess.run(
-        [*command, "--group-column", "tenant"],
+        [*command, "--group-column", "tenant", "--ttl-column", "life"],
         env={**os.environ, "HOURGLASS_DATABASE_URL": sqlite_url},
         capture_output=True,
         text=True,
@@ -247,7 +321,25 @@ def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
     assert "rows: 7" in lines
     assert "rows checked" in result.stderr  # progress
     assert os.path.isdir(path + ".rejects")
-    assert {row["messageGroup"] for row in stored_rows(sqlite_url)} == {"tenant-a"}
+    stored = stored_rows(sqlite_url)
+    assert {row["messageGroup"] for row in stored} == {"tenant-a"}
+    assert {row["expiresAt"] - row["scheduledAt"] for row in stored} == {60_000}
+
+
+def test_the_command_line_takes_an_expiry_column_or_a_ttl_column_not_both(tmp_path):
+    # Refused before Spark or the database is asked anything.
+    command = [sys.executable, "-m", "app", "pipeline", "import", str(tmp_path / "in.csv")]
+    result = subprocess.run(
+        [*command, "--expires-at-column", "ends", "--ttl-column", "life"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--ttl-column: not allowed with argument --expires-at-column" in result.stderr or (
+        "--expires-at-column: not allowed with argument --ttl-column" in result.stderr
+    )
 
 
 def test_duplicates_spanning_arrow_batches_are_resolved(spark, clean_database, tmp_path):

@@ -36,6 +36,8 @@ def test_normalize_maps_columns_and_fills_in_the_queue(spark):
             "scheduled_at": "2026-11-27T09:00:00.250Z",
             "priority": None,
             "group": None,
+            "expires_at": None,
+            "ttl": None,
             "input_error": None,
         }
     ]
@@ -85,8 +87,18 @@ def test_json_lines_take_any_json_value_as_payload(spark, tmp_path):
     ]
 
 
-def _row(queue, key, payload, scheduled_at=None, error=None, priority=None, group=None):
-    return queue, key, payload, scheduled_at, priority, group, error
+def _row(
+    queue,
+    key,
+    payload,
+    scheduled_at=None,
+    error=None,
+    priority=None,
+    group=None,
+    expires_at=None,
+    ttl=None,
+):
+    return queue, key, payload, scheduled_at, priority, group, expires_at, ttl, error
 
 
 def _judged(rows):
@@ -130,7 +142,7 @@ def test_of_duplicate_keys_the_latest_then_the_greatest_payload_wins():
 
 
 def test_co_locate_puts_each_key_in_one_partition_in_order(spark):
-    rows = [("q", f"k{n % 7}", "1", None, None, None, None) for n in range(70)]
+    rows = [("q", f"k{n % 7}", "1", None, None, None, None, None, None) for n in range(70)]
     df = spark.createDataFrame(rows, transforms.NORMALIZED)
     partitions = transforms.co_locate(df, 3).rdd.glom().collect()
     where = {}
@@ -255,3 +267,86 @@ def test_of_duplicate_keys_that_differ_only_in_group_the_greatest_group_wins():
     rows.append(_row("q", "k", "1", "2026-11-28T09:00:00Z"))
     judged = list(transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000))
     assert [row[5] for row, checked in judged if checked.reason is None] == [None]
+
+
+def test_an_expiry_column_is_taken_as_the_api_takes_expires_at_or_ttl(spark, tmp_path):
+    # Typed columns: a timestamp as its RFC 3339 text, a number as its text.
+    df = spark.createDataFrame(
+        [
+            ("a", "1", dt.datetime(2026, 11, 27, 9, 0, 0, 250000, tzinfo=dt.UTC), None),
+            ("b", "1", None, 1.5),
+            ("c", "1", None, 1e-4),
+            ("d", "1", None, None),
+        ],
+        "key string, payload string, ends timestamp, life double",
+    )
+    normalized = transforms.normalize(
+        df, json_lines=False, columns={"expires_at": "ends", "ttl": "life"}, queue="q"
+    )
+    rows = [tuple(row.values()) for row in _rows(normalized)]
+    assert [row[6:8] for row in rows] == [
+        ("2026-11-27T09:00:00.250Z", None),
+        (None, "1.5"),
+        (None, "1.0E-4"),
+        (None, None),
+    ]
+    verdicts = {
+        row[1]: (checked.reason, checked.expires_at)
+        for row, checked in transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000)
+    }
+    assert verdicts == {
+        "a": (None, NOW + 86_400_250),
+        "b": (None, NOW + 1_500),
+        "c": (Reason.INVALID_EXPIRY, None),  # under a millisecond, as the API refuses it
+        "d": (None, None),
+    }
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        '{"key": "a", "payload": 1, "expires_at": "2026-11-27T09:00:00Z"}\n'
+        '{"key": "b", "payload": 1, "ttl": 60, "scheduled_at": "2026-11-27T09:00:00Z"}\n'
+        '{"key": "c", "payload": 1, "ttl": "60"}\n'
+        '{"key": "d", "payload": 1, "expires_at": 1795770000000}\n'
+        '{"key": "e", "payload": 1, "ttl": 0}\n'
+        '{"key": "f", "payload": 1, "ttl": 60, "expires_at": "2026-11-27T09:00:00Z"}\n'
+        '{"key": "g", "payload": 1, "ttl": null, "expires_at": "2026-11-27T09:00:00Z"}\n'
+        '{"key": "h", "payload": 1, "ttl": 0.001}\n'
+        '{"key": "i", "payload": 1, "expires_at": "2026-11-26T08:00:00Z"}\n'
+    )
+    lines = transforms.normalize(spark.read.text(str(path)), json_lines=True, columns={}, queue="q")
+    rows = [tuple(row.values()) for row in _rows(lines)]
+    verdicts = {
+        row[1]: (checked.reason, checked.expires_at)
+        for row, checked in transforms.judge(rows, now_ms=NOW, max_payload_bytes=1000)
+    }
+    assert verdicts == {
+        "a": (None, NOW + 86_400_000),
+        "b": (None, NOW + 86_400_000 + 60_000),  # after the row is due, not after now
+        "c": (Reason.INVALID_EXPIRY, None),  # a string, as the API refuses it
+        "d": (Reason.INVALID_EXPIRY, None),  # a number is no time
+        "e": (Reason.INVALID_EXPIRY, None),
+        "f": (Reason.INVALID_EXPIRY, None),  # both, as the API refuses them
+        "g": (None, NOW + 86_400_000),  # a null is as if left out
+        "h": (None, NOW + 1),
+        "i": (None, NOW - 3_600_000),  # before it is due: taken, never delivered
+    }
+    # A refused ttl goes to the rejects as it was read: its JSON text.
+    assert {row[1]: row[7] for row in rows}["c"] == '"60"'
+
+
+def test_of_duplicate_keys_that_differ_only_in_expiry_the_latest_expiry_wins():
+    rows = [
+        _row("q", "k", "1", LATER, ttl="60"),
+        _row("q", "k", "1", LATER),
+        _row("q", "k", "1", LATER, expires_at="2026-11-27T09:00:30Z"),
+    ]
+    for order in (rows, list(reversed(rows)), rows[1:] + rows[:1]):
+        judged = list(transforms.judge(order, now_ms=NOW, max_payload_bytes=1000))
+        assert [checked.expires_at for _, checked in judged if checked.reason is None] == [
+            NOW + 86_400_000 + 60_000
+        ]
+        assert sorted(
+            (row[6] or "", row[7] or "") for row, checked in judged if checked.reason
+        ) == [
+            ("", ""),
+            ("2026-11-27T09:00:30Z", ""),
+        ]

@@ -17,7 +17,17 @@ from app.pipeline.rows import Reason, check_row
 
 NOW = 1_795_683_600_000
 MAX_PAYLOAD_BYTES = 64
-_NAMES = ("queue", "key", "payload", "scheduled_at", "priority", "group", "input_error")
+_NAMES = (
+    "queue",
+    "key",
+    "payload",
+    "scheduled_at",
+    "priority",
+    "group",
+    "expires_at",
+    "ttl",
+    "input_error",
+)
 _SCHEMA = pa.schema([(name, pa.string()) for name in _NAMES])
 
 _queues = st.one_of(
@@ -130,6 +140,25 @@ _priorities = st.one_of(
 )
 # Groups follow a key's rules: the same edges, and the texts a group column repeats.
 _groups = st.one_of(_keys, st.sampled_from(["g", "tenant-7", " ", "g" * 200, "g" * 201]))
+# An expiry at a time follows a due time's rules; a ttl is a JSON number of seconds,
+# 0.001 to 100 years (3,162,240,000), as a number column reads as text.
+_TTL_EDGES = [
+    *("", "0", "-0", "0.0", "0.001", "0.0010", "1e-3", "1E-3", "0.0009", "1.0E-4", "0.0005"),
+    *("0.0015", "0.0025", "2.5e-3", "5", "5.0", "5.", ".5", "-5", "+5", "05", " 5", "5 "),
+    *("1e400", "3162240000", "3162240000.0", "3162240000.0001", "3162240001", "3.16224E9"),
+    *("1e", "1e+2", "0x10", "NaN", "Infinity", "inf", "true", '"5"', "٣", "1_000"),
+    "1" * 400,
+    "1" * 5000,
+    "0." + "0" * 400 + "1",
+]
+_ttls = st.one_of(
+    st.none(),
+    st.sampled_from(_TTL_EDGES),
+    st.floats(min_value=-1, max_value=4e9).map(str),
+    st.integers(-1, 4_000_000_000).map(str),
+    st.text(max_size=4),
+)
+_expiries = st.one_of(st.none(), st.none(), _scheduled)
 _rows = st.tuples(
     _queues,
     _keys,
@@ -137,6 +166,8 @@ _rows = st.tuples(
     _scheduled,
     _priorities,
     _groups,
+    _expiries,
+    st.one_of(st.none(), _ttls),
     st.sampled_from([None, None, "invalid_json_line"]),
 )
 
@@ -148,10 +179,10 @@ def _compared(rows: list[tuple]) -> None:
     verdicts = check_batch(batch, now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
     for index, row in enumerate(rows):
         reason = verdicts.reasons[index].as_py()
-        if row[6] is not None:
-            assert reason == row[6], row
+        if row[8] is not None:
+            assert reason == row[8], row
             continue
-        expected = check_row(*row[:6], now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
+        expected = check_row(*row[:8], now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES)
         assert reason == expected.reason, row
         if reason is None:
             got = (
@@ -159,12 +190,14 @@ def _compared(rows: list[tuple]) -> None:
                 verdicts.due[index].as_py(),
                 verdicts.priorities[index].as_py(),
                 verdicts.groups[index].as_py(),
+                verdicts.expiries[index].as_py(),
             )
             assert got == (
                 expected.payload,
                 expected.scheduled_at,
                 expected.priority,
                 expected.group,
+                expected.expires_at,
             ), row
 
 
@@ -178,12 +211,20 @@ def test_the_batch_check_agrees_with_the_row_check(rows):
 @given(
     st.lists(
         st.tuples(
-            st.just("q"), st.just("k"), st.just("1"), _times(), _priorities, _groups, st.none()
+            st.just("q"),
+            st.just("k"),
+            st.just("1"),
+            _times(),
+            _priorities,
+            _groups,
+            _expiries,
+            _ttls,
+            st.none(),
         ),
         max_size=12,
     )
 )
-def test_times_priorities_and_groups_agree(rows):
+def test_times_priorities_groups_and_expiries_agree(rows):
     _compared(rows)
 
 
@@ -195,17 +236,23 @@ def test_every_day_of_the_calendar_around_month_ends_and_leap_years():
         for day in range(26, 32)
         for zone in ("Z", "+14:00", "-14:00")
     ]
-    _compared([("q", "k", "1", text, None, None, None) for text in days])
+    _compared([("q", "k", "1", text, None, None, None, None, None) for text in days])
+    _compared([("q", "k", "1", None, None, None, text, None, None) for text in days])
 
 
 def test_every_payload_edge_in_an_otherwise_valid_row():
-    _compared([("q", "k", text, None, None, None, None) for text in _PAYLOAD_EDGES])
+    _compared([("q", "k", text, None, None, None, None, None, None) for text in _PAYLOAD_EDGES])
 
 
 def test_every_group_edge_in_an_otherwise_valid_row():
     edges = ["", " ", "g" * 200, "g" * 201, "é" * 200, "é" * 201, "😀" * 200, "😀" * 201]
     edges += [f"g{chr(code)}" for code in (*range(0x20), *range(0x7F, 0xA1))]
-    _compared([("q", "k", "1", None, None, text, None) for text in [None, *edges]])
+    _compared([("q", "k", "1", None, None, text, None, None, None) for text in [None, *edges]])
+
+
+def test_every_ttl_edge_in_an_otherwise_valid_row_due_now_and_late_in_9999():
+    for due in (None, "9999-12-31T00:00:00Z"):
+        _compared([("q", "k", "1", due, None, None, None, text, None) for text in _TTL_EDGES])
 
 
 def test_an_empty_batch():
@@ -222,6 +269,8 @@ def test_an_empty_batch():
             st.sampled_from(["2026-12-01T09:00:00Z", "2026-12-01T09:00:01Z", "", "soon"]),
             st.sampled_from([None, "1", "2"]),
             st.sampled_from([None, "", "a", "b", "\x01"]),
+            st.sampled_from([None, "", "2026-12-02T09:00:00Z", "2026-12-02T09:00:01Z", "x"]),
+            st.sampled_from([None, "", "1", "2", "0"]),
             st.sampled_from([None, None, None, "invalid_json_line"]),
         ),
         max_size=30,
@@ -233,12 +282,20 @@ def test_duplicates_are_settled_as_judge_settles_them_across_batches(rows, sizes
     rows.sort(key=lambda row: (row[0], row[1]))  # as co_locate leaves them
     judged = list(transforms.judge(rows, now_ms=NOW, max_payload_bytes=MAX_PAYLOAD_BYTES))
     expected_winners = sorted(
-        (row[0], row[1], checked.payload, checked.scheduled_at, checked.priority, checked.group)
+        (
+            row[0],
+            row[1],
+            checked.payload,
+            checked.scheduled_at,
+            checked.priority,
+            checked.group,
+            checked.expires_at,
+        )
         for row, checked in judged
         if checked.reason is None
     )
     expected_duplicates = sorted(
-        (row[:6] for row, checked in judged if checked.reason == Reason.DUPLICATE_KEY), key=str
+        (row[:8] for row, checked in judged if checked.reason == Reason.DUPLICATE_KEY), key=str
     )
     groups, winners, duplicates, start = KeyGroups(), [], [], 0
     for size in sizes * len(rows):

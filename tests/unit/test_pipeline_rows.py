@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.domain.formats import parse_timestamp
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.pipeline.rows import Reason, check_row
 
@@ -162,3 +163,88 @@ def test_a_group_the_api_would_refuse_is_refused_with_a_reason(group):
 def test_a_group_is_checked_after_the_other_fields():
     checked = check_row("q", "k", "1", None, "10", "g\n", now_ms=NOW, max_payload_bytes=100)
     assert checked.reason == Reason.INVALID_PRIORITY
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "ttl", "stored"),
+    [
+        (None, None, None),
+        ("", "", None),  # empty CSV fields
+        ("2026-11-27T09:00:00Z", None, NOW + 86_400_000),
+        ("2026-11-27T11:00:00+02:00", "", NOW + 86_400_000),
+        ("2026-11-26T08:00:00Z", None, NOW - 3_600_000),  # before it is due: taken
+        (None, "90", NOW + 90_000),
+        ("", "1.5", NOW + 1_500),
+        (None, "1.0E-3", NOW + 1),  # a double column as Spark writes it
+        (None, "0.0025", NOW + 2),  # to the millisecond, half to even as the API rounds
+        (None, "3162240000", NOW + 3_162_240_000_000),  # a hundred years
+    ],
+)
+def test_an_expiry_is_a_time_or_a_ttl_after_the_row_is_due(expires_at, ttl, stored):
+    checked = check_row(
+        "q", "k", "1", None, None, None, expires_at, ttl, now_ms=NOW, max_payload_bytes=100
+    )
+    assert (checked.reason, checked.expires_at) == (None, stored)
+
+
+def test_a_ttl_counts_from_the_row_s_due_time_and_ends_with_year_9999():
+    later = check_row(
+        "q",
+        "k",
+        "1",
+        "2026-11-27T09:00:00Z",
+        None,
+        None,
+        None,
+        "60",
+        now_ms=NOW,
+        max_payload_bytes=100,
+    )
+    assert later.expires_at == NOW + 86_400_000 + 60_000
+    last = check_row(
+        "q",
+        "k",
+        "1",
+        "9999-12-31T00:00:00Z",
+        None,
+        None,
+        None,
+        "86400",
+        now_ms=NOW,
+        max_payload_bytes=100,
+    )
+    assert last.expires_at == parse_timestamp("9999-12-31T23:59:59.999Z")
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "ttl"),
+    [
+        ("2026-11-27T09:00:00Z", "60"),  # both, as the API refuses
+        ("tomorrow", None),
+        ("2026-11-27", None),
+        ("2026-02-30T09:00:00Z", None),
+        ("1700000000000", None),  # epoch ms are no time the API takes
+        (None, "0"),
+        (None, "-5"),
+        (None, "0.0009"),
+        (None, "3162240000.5"),
+        (None, "1e400"),
+        (None, "five"),
+        (None, '"5"'),  # a JSON line's string, as the API refuses it
+        (None, "NaN"),
+        (None, "true"),
+        (None, " 5"),
+    ],
+)
+def test_an_expiry_the_api_would_refuse_is_refused_with_a_reason(expires_at, ttl):
+    checked = check_row(
+        "q", "k", "1", None, None, None, expires_at, ttl, now_ms=NOW, max_payload_bytes=100
+    )
+    assert (checked.reason, checked.expires_at) == (Reason.INVALID_EXPIRY, None)
+
+
+def test_an_expiry_is_checked_after_the_other_fields():
+    checked = check_row(
+        "q", "k", "1", None, None, "g\n", None, "0", now_ms=NOW, max_payload_bytes=100
+    )
+    assert checked.reason == Reason.INVALID_GROUP

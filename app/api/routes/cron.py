@@ -42,6 +42,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
         "lookahead": None if entry.lookahead_ms is None else entry.lookahead_ms / 1000,
         "priority": entry.priority,
         "group": entry.group,
+        "ttl": None if entry.ttl_ms is None else entry.ttl_ms / 1000,
         "config_hash": entry.config_hash,
         "created_at": entry.created_at,
         "updated_at": entry.updated_at,
@@ -76,6 +77,7 @@ async def install(
         lookahead_seconds=body.lookahead,
         priority=body.priority,
         group=body.group,
+        ttl_seconds=body.ttl,
     )
     outcome, view = await cron.install(queue, name, spec)
     return json_response(

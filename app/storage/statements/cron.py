@@ -96,6 +96,7 @@ cron_update = (
         lookaheadMs=bindparam("new_lookahead_ms"),
         priority=bindparam("new_priority"),
         messageGroup=bindparam("new_group"),
+        ttlMs=bindparam("new_ttl_ms", type_=BigInteger),
         updatedAt=bindparam("now"),
     )
 )
