@@ -486,10 +486,12 @@ def install_cron(
     lookahead: Seconds | None = None,
     priority: int | None = None,
     group: str | None = None,
+    ttl: Seconds | None = None,
 ) -> Call[CronInstallResult]:
     """Install (or change) a recurring schedule: exactly one of `cron` (a 5-field expression),
     `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC);
-    every run at `priority` (0-9; None: 0), in `group` (None: none)."""
+    every run at `priority` (0-9; None: 0), in `group` (None: none), expiring `ttl` after
+    it is due (None: never)."""
     body = _present(
         payload=payload,
         cron=cron,
@@ -499,6 +501,7 @@ def install_cron(
         lookahead=None if lookahead is None else seconds(lookahead),
         priority=priority,
         group=group,
+        ttl=None if ttl is None else seconds(ttl),
     )
     body["payload"] = payload  # a payload of null is a payload
     return Call(

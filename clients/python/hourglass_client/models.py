@@ -484,6 +484,8 @@ class CronEntry:
     next_runs: list[datetime]
     priority: int  # every run's
     group: str | None  # every run's; None: none
+    # Seconds after each run is due until it expires; None: its runs never expire.
+    ttl: float | None = field(default=None, kw_only=True)
     # Since when the entry has been paused (it installs no runs); None while it runs.
     paused_at: datetime | None = field(default=None, kw_only=True)
 
@@ -512,6 +514,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "next_runs": [parse_time(run) for run in data["next_runs"]],
         "priority": data.get("priority", 0),
         "group": data.get("group"),
+        "ttl": data.get("ttl"),
         "paused_at": _optional_time(data.get("paused_at")),
     }
 

@@ -269,6 +269,32 @@ def test_what_an_expiry_sends_and_when_it_is_repeated():
     assert len(script.requests) == sent  # nothing went out
 
 
+def test_a_cron_entry_s_ttl_is_sent_and_read():
+    entry = {
+        "queue": "q",
+        "name": "n",
+        "cron": None,
+        "every": 60.0,
+        "daily": None,
+        "timezone": "UTC",
+        "payload": 1,
+        "lookahead": None,
+        "config_hash": "h",
+        "created_at": "2031-01-01T00:00:00.000Z",
+        "updated_at": "2031-01-01T00:00:00.000Z",
+        "next_runs": [],
+        "priority": 0,
+        "group": None,
+        "paused_at": None,
+    }
+    script = Script(ok({**entry, "ttl": 300.0, "outcome": "created"}, 201), ok(entry))
+    hourglass = client(script)
+    installed = hourglass.install_cron("q", "n", 1, every=60, ttl=timedelta(minutes=5))
+    assert json.loads(script.requests[0].content) == {"payload": 1, "every": 60.0, "ttl": 300.0}
+    assert installed.ttl == 300.0
+    assert hourglass.get_cron("q", "n").ttl is None  # none: its runs never expire
+
+
 def test_a_long_poll_reads_for_its_wait_longer():
     script = Script(ok({"lock_id": None, "messages": []}))
     client(script, timeout=2).poll("q", wait=15)
