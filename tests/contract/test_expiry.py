@@ -108,9 +108,7 @@ def test_past_its_expiry_a_message_is_never_delivered_even_before_a_sweep(client
     assert poll(client, "q")["messages"] == []
 
 
-def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(
-    client, clock, database
-):
+def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(client, clock, database):
     offered(client, "soon", ttl=1)
     offered(client, "later", ttl=5)
     offered(client, "never")
@@ -126,9 +124,7 @@ def test_without_a_dead_letter_queue_it_is_removed_and_recorded_as_expired(
     assert 'hourglass_messages_expired_total{queue="q"} 1.0' in metrics
 
 
-def test_with_a_dead_letter_queue_it_moves_there_marked_expired_and_stays(
-    client, clock, database
-):
+def test_with_a_dead_letter_queue_it_moves_there_marked_expired_and_stays(client, clock, database):
     configure(client, max_deliveries=3)
     offered(client, "k", ttl=2, priority=4)
     clock.advance(2)
