@@ -583,6 +583,55 @@ def test_messages_show_their_group_and_are_filtered_by_it(console, unique):
     assert console.text('[data-fact="group"]') == "—"
 
 
+def test_messages_show_their_expiry_and_expired_dead_letters_are_marked(console, unique):
+    service = console.service
+    queue, dead = f"expiry-{unique}", f"expiry-{unique}.dead"
+    # A dead letter of its deliveries first (this leaves max_deliveries at 1: a queue
+    # with a delivery limit dead-letters what expires too, to `{queue}.dead`).
+    service.dead_letter(queue, ["tired"], {"n": 0})
+    service.offer(queue, "later", {"n": 1}, delay=600, ttl=7230)  # due in 10 min, then 2 h
+    service.offer(queue, "plain", {"n": 2}, delay=600)
+    service.offer(queue, "gone", {"n": 3}, expires_at="2026-01-01T00:00:00Z")  # long past
+    console.wait(lambda: service.message_status(dead, "gone") == 200, "the expiry sweep")
+    stored = service.api.get(f"/v1/queues/{queue}/messages/later").json()["expires_at"]
+
+    console.open(f"/console/queues/{queue}")
+    console.loaded("#messages")
+    rows = console.table("#messages table", "data-key")
+    assert {key: row["expires"] for key, row in rows.items()} == {
+        "later": "in 2 h 10 min",
+        "plain": "—",
+    }
+    shown = console.find('#messages tr[data-key="later"] td[data-column="expires"] time')
+    assert shown.get_attribute("datetime") == stored
+    # The history offers the outcome, and shows where the expired message went.
+    console.loaded("#history")
+    assert "expired" in console.text("#history select")
+    console.click('#history select option[value="expired"]')
+    console.wait(
+        lambda: list(console.table("#history table", "data-key")) == ["gone"], "expired only"
+    )
+    assert console.table("#history table", "data-key")["gone"]["outcome"] == "expired"
+
+    # In the dead-letter queue, the one that expired is marked; the one that ran out of
+    # deliveries is not.
+    console.open(f"/console/queues/{dead}")
+    console.loaded("#messages")
+    rows = console.table("#messages table", "data-key")
+    assert {key: row["expires"] for key, row in rows.items()} == {"gone": "expired", "tired": "—"}
+
+    console.open(message_path(queue, "later"))
+    assert console.text('[data-fact="expires-at"]').startswith(stored[:10])
+    assert "(in 2 h 10 min)" in console.text('[data-fact="expires-at"]')
+    console.open(message_path(queue, "plain"))
+    assert console.text('[data-fact="expires-at"]') == "never"
+    console.open(message_path(dead, "gone"))
+    assert console.text('[data-fact="dead-lettered-from"]') == f"{queue} expired"
+    assert console.text('[data-fact="expires-at"]') == "never"  # a dead letter does not expire
+    console.open(message_path(dead, "tired"))
+    assert console.text('[data-fact="dead-lettered-from"]') == queue
+
+
 def test_a_message_page_shows_its_history(console, unique):
     service = console.service
     queue = f"history-{unique}"

@@ -1,10 +1,12 @@
 """Screenshots of the console as a person sees it, at 1280×800: the queues, a queue, a
-message, a paused queue and a queue's messages of one group, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README shows
-those in docs/console/), else to a temporary folder."""
+message, a paused queue, a queue's messages of one group and a queue whose messages
+expire, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README and
+docs/flow-control.md show those in docs/console/), else to a temporary folder."""
 
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -142,4 +144,60 @@ def test_screenshot_of_a_queue_filtered_by_group(console: Console, screenshots: 
         console.settled(part)
     console.screenshot(screenshots / "groups.png", VIEWPORT)
     width, height = _png_size(screenshots / "groups.png")
+    assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (width, height)
+
+
+def _seed_expiry(service: Service) -> None:
+    """Sale alerts, each useless once its sale ends (docs/flow-control.md#expiry): the
+    autumn clearance's ended (one alert acknowledged in time, the others expired to the
+    dead letters), Black Friday's run for 15 more minutes (one leased), Cyber Monday's
+    are due later, and the weekly digest never expires."""
+    service.configure("sale-alerts", default_lease=120, max_deliveries=5)
+
+    def alert(sale: str, user: int, **fields: object) -> None:
+        payload = {"user": user, "sale": sale, "template": f"{sale}-starts", "locale": "en-GB"}
+        service.offer("sale-alerts", f"sale/{sale}/user/{user}", payload, **fields)
+
+    alert("autumn-clearance", 815, ttl=3600)
+    sent = service.poll("sale-alerts", lease=60)
+    assert service.api.delete(f"/v1/queues/sale-alerts/locks/{sent['lock_id']}").is_success
+    for user in (4711, 5120, 3321):
+        alert("autumn-clearance", user, ttl=0.5)
+    deadline = time.monotonic() + 15
+    while service.stats("sale-alerts.dead")["messages"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert service.stats("sale-alerts.dead")["messages"] == 3
+
+    alert("black-friday", 5120, ttl=900)
+    assert len(service.poll("sale-alerts", lease=600)["messages"]) == 1
+    for user in (4711, 1187):
+        alert("black-friday", user, ttl=900)
+    for user in (4711, 3321):
+        alert("cyber-monday", user, delay=6 * 3600, ttl=6 * 3600)
+    service.offer(
+        "sale-alerts",
+        "digest/weekly/user/4711",
+        {"user": 4711, "template": "weekly-digest", "locale": "en-GB"},
+        delay=3 * 86400,
+    )
+
+
+@pytest.mark.parametrize("service", ["sqlite"], indirect=True)
+def test_screenshot_of_a_queue_whose_messages_expire(console: Console, screenshots: Path):
+    truncate_all(console.service.database_url)
+    _seed_expiry(console.service)
+
+    console.open("/console/queues/sale-alerts")
+    console.loaded("#messages")
+    expires = {
+        key: row["expires"] for key, row in console.table("#messages table", "data-key").items()
+    }
+    assert expires["digest/weekly/user/4711"] == "—"
+    assert expires["sale/cyber-monday/user/3321"] == "in 12 h", expires
+    console.loaded("#history")
+    outcomes = [row["outcome"] for row in console.table("#history table", "data-key").values()]
+    assert sorted(outcomes) == ["acknowledged", "expired", "expired", "expired"]
+    console.settled("#cron")
+    console.screenshot(screenshots / "expiry.png", VIEWPORT)
+    width, height = _png_size(screenshots / "expiry.png")
     assert width == VIEWPORT["width"] and height >= VIEWPORT["height"], (width, height)

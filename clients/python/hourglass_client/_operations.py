@@ -39,6 +39,7 @@ from hourglass_client.models import (
     ReleaseResult,
     RetryPolicy,
     Seconds,
+    expiry,
     format_time,
     parse_time,
     schedule,
@@ -110,17 +111,27 @@ def offer(
     if_exists: IfExists = "update",
     priority: int | None = None,
     group: str | None = None,
+    expires_at: datetime | None = None,
+    ttl: Seconds | None = None,
 ) -> Call[OfferResult]:
     """Offer a message under `key`, due at `scheduled_at` or after `delay` (neither: now),
     at `priority` (0-9, higher first among due messages; None: the service's default, 0),
     in `group` (1-200 characters, a key's rules; None: no group): the queue leases at most
-    its `group_concurrency` of one group at once, in due order.
+    its `group_concurrency` of one group at once, in due order. It expires at `expires_at`
+    or `ttl` after it is due (neither: never): never delivered after that, it moves to the
+    queue's dead-letter queue or is removed.
 
     An existing key is updated (`if_exists="update"`) or left as it is (`"ignore"`).
     Retried when it may be repeated: only with `scheduled_at` (a `delay` counts from
-    each request, so a repeat would move the message).
+    each request, so a repeat would move the message; a `ttl` counts from the due time,
+    so it moves with it, or not at all).
     """
-    body = {"payload": payload, **schedule(scheduled_at, delay), "if_exists": if_exists}
+    body = {
+        "payload": payload,
+        **schedule(scheduled_at, delay),
+        **expiry(expires_at, ttl),
+        "if_exists": if_exists,
+    }
     body.update(_present(priority=priority, group=group))
     return Call(
         "PUT",
@@ -140,9 +151,11 @@ def update(
     delay: Seconds | None = None,
     priority: int | None = None,
     group: str | None = None,
+    expires_at: datetime | None = None,
+    ttl: Seconds | None = None,
 ) -> Call[OfferResult]:
-    """Update an existing message (its payload, time, priority and group); `NotFound` when
-    the key does not exist."""
+    """Update an existing message: its payload, time, priority, group and expiry, as `offer`
+    takes them (an expiry left out is none); `NotFound` when the key does not exist."""
     return Call(
         "POST",
         _queue_path(queue, "messages", _segment(key)),
@@ -150,6 +163,7 @@ def update(
         json={
             "payload": payload,
             **schedule(scheduled_at, delay),
+            **expiry(expires_at, ttl),
             **_present(priority=priority, group=group),
         },
         repeatable=scheduled_at is not None,
@@ -164,6 +178,8 @@ def create(
     delay: Seconds | None = None,
     priority: int | None = None,
     group: str | None = None,
+    expires_at: datetime | None = None,
+    ttl: Seconds | None = None,
 ) -> Call[OfferResult]:
     """Create a message under a key the service makes up (never retried: a repeat would
     create a second message)."""
@@ -174,6 +190,7 @@ def create(
         json={
             "payload": payload,
             **schedule(scheduled_at, delay),
+            **expiry(expires_at, ttl),
             **_present(priority=priority, group=group),
         },
     )
@@ -469,10 +486,12 @@ def install_cron(
     lookahead: Seconds | None = None,
     priority: int | None = None,
     group: str | None = None,
+    ttl: Seconds | None = None,
 ) -> Call[CronInstallResult]:
     """Install (or change) a recurring schedule: exactly one of `cron` (a 5-field expression),
     `every` (seconds) and `daily` (`["HH:MM", …]`), read in `timezone` (IANA; default UTC);
-    every run at `priority` (0-9; None: 0), in `group` (None: none)."""
+    every run at `priority` (0-9; None: 0), in `group` (None: none), expiring `ttl` after
+    it is due (None: never)."""
     body = _present(
         payload=payload,
         cron=cron,
@@ -482,6 +501,7 @@ def install_cron(
         lookahead=None if lookahead is None else seconds(lookahead),
         priority=priority,
         group=group,
+        ttl=None if ttl is None else seconds(ttl),
     )
     body["payload"] = payload  # a payload of null is a payload
     return Call(

@@ -13,7 +13,7 @@ DeliveryKind = Literal["first", "redelivery"]
 Outcome = Literal["created", "updated", "ignored"]
 IfExists = Literal["update", "ignore"]
 InstallOutcome = Literal["created", "changed", "unchanged"]
-Finish = Literal["acknowledged", "dead_lettered", "dropped"]
+Finish = Literal["acknowledged", "dead_lettered", "dropped", "expired"]
 
 Seconds = float | int | timedelta
 """A duration: seconds as a number, or a timedelta."""
@@ -66,8 +66,9 @@ class OfferResult:
 @dataclass(frozen=True)
 class Offer:
     """One offer of `Client.offer_many`: a key, its payload, and when it is due (`scheduled_at`
-    or `delay`; neither means now), at `priority` (0-9; None: 0), in `group` (None: none).
-    `if_exists` overrides the call's."""
+    or `delay`; neither means now), at `priority` (0-9; None: 0), in `group` (None: none),
+    expiring at `expires_at` or `ttl` after it is due (neither: never). `if_exists`
+    overrides the call's."""
 
     key: str
     payload: Any
@@ -76,10 +77,13 @@ class Offer:
     if_exists: IfExists | None = None
     priority: int | None = None
     group: str | None = None
+    expires_at: datetime | None = None
+    ttl: Seconds | None = None
 
     def to_json(self) -> dict[str, Any]:
         item: dict[str, Any] = {"key": self.key, "payload": self.payload}
         item.update(schedule(self.scheduled_at, self.delay))
+        item.update(expiry(self.expires_at, self.ttl))
         if self.if_exists is not None:
             item["if_exists"] = self.if_exists
         if self.priority is not None:
@@ -97,6 +101,18 @@ def schedule(scheduled_at: datetime | None, delay: Seconds | None) -> dict[str, 
         return {"scheduled_at": format_time(scheduled_at)}
     if delay is not None:
         return {"delay": seconds(delay)}
+    return {}
+
+
+def expiry(expires_at: datetime | None, ttl: Seconds | None) -> dict[str, Any]:
+    """The body fields that say when a message expires: at `expires_at`, or `ttl` after it
+    is due (the service turns that into a time when it takes the offer)."""
+    if expires_at is not None and ttl is not None:
+        raise ValueError("give expires_at or ttl, not both")
+    if expires_at is not None:
+        return {"expires_at": format_time(expires_at)}
+    if ttl is not None:
+        return {"ttl": seconds(ttl)}
     return {}
 
 
@@ -154,6 +170,11 @@ class Message:
     priority: int
     # None: no group. A queue leases at most its `group_concurrency` of one group at once.
     group: str | None
+    # When it expires (never delivered after it; it then moves to the dead-letter queue or
+    # is removed); None: never. Moving a message to a dead-letter queue clears it.
+    expires_at: datetime | None
+    # A dead letter moved here because its expiry passed (not because of its deliveries).
+    expired: bool
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -173,6 +194,8 @@ def _message_fields(data: dict[str, Any]) -> dict[str, Any]:
         "dead_lettered_from": data.get("dead_lettered_from"),
         "priority": data.get("priority", 0),
         "group": data.get("group"),
+        "expires_at": _optional_time(data.get("expires_at")),
+        "expired": data.get("expired", False),
     }
 
 
@@ -238,6 +261,9 @@ class Lease:
                 parsed = times[text] = parse_time(text)
             return parsed
 
+        def optional_time(text: str | None) -> datetime | None:
+            return None if text is None else time(text)
+
         messages = [
             _built(
                 DeliveredMessage,
@@ -253,6 +279,8 @@ class Lease:
                     "dead_lettered_from": item.get("dead_lettered_from"),
                     "priority": item.get("priority", 0),
                     "group": item.get("group"),
+                    "expires_at": optional_time(item.get("expires_at")),
+                    "expired": item.get("expired", False),
                     "delivery": item["delivery"],
                     "lease_expires_at": time(item["lease_expires_at"]),
                     "lock_id": lock_id,
@@ -456,6 +484,8 @@ class CronEntry:
     next_runs: list[datetime]
     priority: int  # every run's
     group: str | None  # every run's; None: none
+    # Seconds after each run is due until it expires; None: its runs never expire.
+    ttl: float | None = field(default=None, kw_only=True)
     # Since when the entry has been paused (it installs no runs); None while it runs.
     paused_at: datetime | None = field(default=None, kw_only=True)
 
@@ -484,6 +514,7 @@ def _cron_fields(data: dict[str, Any]) -> dict[str, Any]:
         "next_runs": [parse_time(run) for run in data["next_runs"]],
         "priority": data.get("priority", 0),
         "group": data.get("group"),
+        "ttl": data.get("ttl"),
         "paused_at": _optional_time(data.get("paused_at")),
     }
 

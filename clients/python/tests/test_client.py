@@ -186,6 +186,90 @@ def test_groups_on_every_offer_every_message_and_the_settings(api, queue):
         api.put_settings(queue, group_concurrency=1001)
 
 
+def test_expiry_on_every_offer_and_every_message(api, queue):
+    friday_noon = FRIDAY + timedelta(hours=3)
+    api.offer(queue, "absolute", 1, scheduled_at=FRIDAY, expires_at=friday_noon)
+    api.offer(queue, "relative", 2, scheduled_at=FRIDAY, ttl=timedelta(minutes=30))
+    made = api.create(queue, 3, scheduled_at=FRIDAY, ttl=90).key
+    api.offer_many(
+        queue,
+        [
+            Offer("batch-ttl", 4, scheduled_at=FRIDAY, ttl=1.5),
+            Offer("batch-at", 5, scheduled_at=FRIDAY, expires_at=friday_noon),
+            Offer("batch-none", 6, scheduled_at=FRIDAY),
+        ],
+    )
+    expiries = {message.key: message.expires_at for message in api.iter_messages(queue)}
+    assert expiries == {
+        "absolute": friday_noon,
+        "relative": FRIDAY + timedelta(minutes=30),  # after it is due
+        made: FRIDAY + timedelta(seconds=90),
+        "batch-ttl": FRIDAY + timedelta(seconds=1.5),
+        "batch-at": friday_noon,
+        "batch-none": None,
+    }
+    assert api.get(queue, "absolute").expires_at.tzinfo is UTC
+    assert not any(message.expired for message in api.iter_messages(queue))
+
+    # The same expiry again is ignored; a changed one, or none, is an update.
+    again = api.offer(queue, "absolute", 1, scheduled_at=FRIDAY, expires_at=friday_noon)
+    assert again.outcome == "ignored"
+    assert api.update(queue, "absolute", 1, scheduled_at=FRIDAY, ttl=60).outcome == "updated"
+    assert api.get(queue, "absolute").expires_at == FRIDAY + timedelta(minutes=1)
+    assert api.update(queue, "absolute", 1, scheduled_at=FRIDAY).outcome == "updated"
+    assert api.get(queue, "absolute").expires_at is None
+
+    # Both ways at once, or a time without a zone: refused before anything is sent.
+    for refused in (
+        {"expires_at": friday_noon, "ttl": 60},
+        {"expires_at": datetime(2031, 11, 28, 12, 0)},
+    ):
+        with pytest.raises(ValueError):
+            api.offer(queue, "refused", 1, **refused)
+        with pytest.raises(ValueError):
+            api.offer_many(queue, [Offer("refused", 1, **refused)])
+    with pytest.raises(NotFound):
+        api.get(queue, "refused")
+    with pytest.raises(Invalid):
+        api.offer(queue, "k", 1, ttl=0)
+
+
+def test_an_expired_message_leaves_its_queue_for_the_dead_letters_or_for_good(api, queue):
+    dead_letters = api.put_settings(queue, max_deliveries=5).dead_letter_queue
+    api.offer(queue, "held", {"n": 1}, ttl=0.5)
+    api.offer(queue, "waiting", {"n": 2}, ttl=0.5)
+    api.offer(queue, "lasting", {"n": 3}, ttl=3600)
+    lease = api.poll(queue, max=1, lease=60)
+    (held,) = lease.messages
+    assert held.key == "held" and held.expires_at is not None and held.expired is False
+    assert held.expires_at - held.scheduled_at_initially == timedelta(seconds=0.5)
+
+    # Within about a second of its expiry, leased or not, whether or not anyone polls.
+    deadline = time.monotonic() + 10
+    while len(list(api.iter_messages(dead_letters))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    dead = {message.key: message for message in api.iter_messages(dead_letters)}
+    assert sorted(dead) == ["held", "waiting"]
+    assert dead["held"].expired and dead["held"].expires_at is None
+    assert dead["held"].dead_lettered_from == queue and dead["held"].payload == {"n": 1}
+    assert [message.key for message in api.iter_messages(queue)] == ["lasting"]
+    assert api.ack_keys(queue, lease.lock_id, ["held"]).missing == ["held"]
+    expired = api.history(queue, outcome="expired").items
+    assert sorted(entry.key for entry in expired) == ["held", "waiting"]
+    assert {entry.outcome for entry in expired} == {"expired"}
+
+    # Without a dead-letter queue (no delivery limit, none named): removed.
+    api.put_settings(queue)
+    api.offer(queue, "gone", 1, ttl=0.2)
+    deadline = time.monotonic() + 10
+    while api.history(queue, key="gone").items == [] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [entry.outcome for entry in api.history(queue, key="gone").items] == ["expired"]
+    with pytest.raises(NotFound):
+        api.get(queue, "gone")
+    assert "gone" not in {message.key for message in api.iter_messages(dead_letters)}
+
+
 def test_poll_extend_ack_and_release(api, queue):
     for key in "abc":
         api.offer(queue, key, key)

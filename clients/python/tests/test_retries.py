@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -234,6 +234,65 @@ def test_what_is_sent():
     assert sent[0].headers["Authorization"] == "Bearer s3cret"
     assert sent[0].headers["X-Team"] == "a"
     assert sent[0].headers["User-Agent"].startswith("hourglass-client/")
+
+
+def test_what_an_expiry_sends_and_when_it_is_repeated():
+    results = [{"key": key, "outcome": "created"} for key in "ab"]
+    batch = {"results": results, "created": 2, "updated": 0, "ignored": 0}
+    script = Script(UNAVAILABLE, ok(OFFERED), ok(OFFERED), ok(OFFERED), ok(batch))
+    hourglass = client(script)
+    # A ttl counts from the due time: with `scheduled_at` a repeat sends the same expiry.
+    hourglass.offer("q", "k", 1, scheduled_at=WHEN, ttl=timedelta(hours=1))
+    assert len(script.requests) == 2
+    hourglass.update(
+        "q", "k", 1, expires_at=datetime(2031, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+    )
+    hourglass.create("q", 1, ttl=90)
+    hourglass.offer_many("q", [Offer("a", 1, ttl=0.5), Offer("b", 1, expires_at=WHEN)])
+    bodies = [json.loads(request.content) for request in script.requests[1:]]
+    assert bodies[0]["ttl"] == 3600.0 and "expires_at" not in bodies[0]
+    assert bodies[1] == {"payload": 1, "expires_at": "2031-01-01T00:00:00.000Z"}
+    assert bodies[2] == {"payload": 1, "ttl": 90.0}
+    assert [item.get("ttl") for item in bodies[3]["messages"]] == [0.5, None]
+    assert bodies[3]["messages"][1]["expires_at"] == "2031-01-01T00:00:00.000Z"
+
+    sent = len(script.requests)
+    for call in (
+        lambda c: c.offer("q", "k", 1, expires_at=WHEN, ttl=60),
+        lambda c: c.update("q", "k", 1, expires_at=WHEN, ttl=60),
+        lambda c: c.create("q", 1, expires_at=WHEN, ttl=60),
+        lambda c: c.offer_many("q", [Offer("a", 1), Offer("b", 1, expires_at=WHEN, ttl=60)]),
+        lambda c: c.offer("q", "k", 1, expires_at=datetime(2031, 1, 1)),  # no zone
+    ):
+        with pytest.raises(ValueError):
+            call(hourglass)
+    assert len(script.requests) == sent  # nothing went out
+
+
+def test_a_cron_entry_s_ttl_is_sent_and_read():
+    entry = {
+        "queue": "q",
+        "name": "n",
+        "cron": None,
+        "every": 60.0,
+        "daily": None,
+        "timezone": "UTC",
+        "payload": 1,
+        "lookahead": None,
+        "config_hash": "h",
+        "created_at": "2031-01-01T00:00:00.000Z",
+        "updated_at": "2031-01-01T00:00:00.000Z",
+        "next_runs": [],
+        "priority": 0,
+        "group": None,
+        "paused_at": None,
+    }
+    script = Script(ok({**entry, "ttl": 300.0, "outcome": "created"}, 201), ok(entry))
+    hourglass = client(script)
+    installed = hourglass.install_cron("q", "n", 1, every=60, ttl=timedelta(minutes=5))
+    assert json.loads(script.requests[0].content) == {"payload": 1, "every": 60.0, "ttl": 300.0}
+    assert installed.ttl == 300.0
+    assert hourglass.get_cron("q", "n").ttl is None  # none: its runs never expire
 
 
 def test_a_long_poll_reads_for_its_wait_longer():

@@ -142,6 +142,11 @@ export function stateBadge(state) {
   return h("span", { className: `badge state-${state}` }, state);
 }
 
+/** The mark of a dead letter moved because its expiry passed (not because of its deliveries). */
+export function expiredBadge() {
+  return h("span", { className: "badge outcome-expired", title: "Moved here because its expiry passed" }, "expired");
+}
+
 /** A number, muted when zero. */
 export function countCell(value) {
   return h("span", { className: value ? "count" : "count zero" }, number(value));

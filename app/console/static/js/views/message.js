@@ -1,8 +1,8 @@
-// A message: its payload as formatted JSON, every time field, its deliveries and state,
-// its group, its history rows, and deleting it.
+// A message: its payload as formatted JSON, every time field (its expiry too), its
+// deliveries and state, its group, its history rows, and deleting it.
 
 import { ApiError, get, paths } from "../api.js";
-import { fill, fullTime, h, link, number, queueHref, stateBadge } from "../dom.js";
+import { expiredBadge, fill, fullTime, h, link, number, queueHref, stateBadge } from "../dom.js";
 import { act, historySection } from "./parts.js";
 import { deleteMessage } from "./queue.js";
 
@@ -35,7 +35,7 @@ export async function messagePage(context) {
         h(
           "p",
           {},
-          `Queue ${queue} holds no message with this key: it was acknowledged, deleted or dead-lettered (the history below says which), or never offered.`,
+          `Queue ${queue} holds no message with this key: it was acknowledged, deleted, dead-lettered or expired (the history below says which), or never offered.`,
         ),
         h("p", {}, link(queueHref(queue), `← Queue ${queue}`)),
       ),
@@ -65,9 +65,14 @@ export async function messagePage(context) {
       fact("Deliveries", number(message.deliveries), "deliveries"),
       fact(message.state === "leased" ? "Lease ends" : "Due", fullTime(message.scheduled_at), "scheduled-at"),
       fact("Asked for", fullTime(message.scheduled_at_initially), "scheduled-at-initially"),
+      fact("Expires", message.expires_at ? fullTime(message.expires_at) : h("span", { className: "muted" }, "never"), "expires-at"),
       fact("Created", fullTime(message.created_at), "created-at"),
       message.dead_lettered_from
-        ? fact("Dead-lettered from", link(queueHref(message.dead_lettered_from), message.dead_lettered_from), "dead-lettered-from")
+        ? fact(
+            "Dead-lettered from",
+            [link(queueHref(message.dead_lettered_from), message.dead_lettered_from), message.expired ? [" ", expiredBadge()] : null],
+            "dead-lettered-from",
+          )
         : null,
     ),
     h(

@@ -50,7 +50,7 @@ export function loadInto(context, body, load) {
 }
 
 const HISTORY_SIZE = 20;
-const OUTCOMES = ["all", "acknowledged", "dead_lettered", "dropped"];
+const OUTCOMES = ["all", "acknowledged", "dead_lettered", "dropped", "expired"];
 
 /** The queue's delivery history (one key's, with `key`), newest first, older on request. */
 export function historySection(context, key = null) {

@@ -1,12 +1,13 @@
-// A queue: its counts (refreshed), its messages by state with key-prefix search, a group
-// filter and paging, its cron entries with their next runs, its recent history, its
-// settings (editable), and its actions: pause and resume it or a cron entry, delete a
-// message, redrive dead letters, purge.
+// A queue: its counts (refreshed), its messages by state (with their expiry) with
+// key-prefix search, a group filter and paging, its cron entries with their next runs,
+// its recent history, its settings (editable), and its actions: pause and resume it or a
+// cron entry, delete a message, redrive dead letters, purge.
 
 import { ApiError, call, get, paths } from "../api.js";
 import {
   confirmAction,
   countCell,
+  expiredBadge,
   fill,
   h,
   link,
@@ -277,6 +278,7 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
         groupCell(message.group),
         stateBadge(message.state),
         message.state === "leased" ? ["lease ends ", when(message.scheduled_at)] : when(message.scheduled_at),
+        expiryCell(message),
         number(message.priority),
         number(message.deliveries),
         when(message.created_at),
@@ -292,6 +294,7 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
         { label: "Group", name: "group" },
         { label: "State", name: "state" },
         { label: "Due", name: "due" },
+        { label: "Expires", name: "expires" },
         { label: "Priority", name: "priority", className: "number" },
         { label: "Deliveries", name: "deliveries", className: "number" },
         { label: "Created", name: "created" },
@@ -301,6 +304,12 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
       empty,
       "messages",
     );
+  }
+
+  /** When a message expires (a dash: never); a dead letter moved because it expired is marked. */
+  function expiryCell(message) {
+    if (!message.expired) return when(message.expires_at);
+    return [expiredBadge(), message.expires_at ? [" ", when(message.expires_at)] : null];
   }
 
   /** A message's group, which filters the list by it when clicked; a dash for none. */
