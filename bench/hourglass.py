@@ -74,7 +74,7 @@ CLAIM_ONE = (
     'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
     "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
     'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
-        'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
+    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
     '(delayed_queue."expiresAt" IS NULL OR delayed_queue."expiresAt" > %(now)s::BIGINT) '
     'ORDER BY delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
     "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked WHERE delayed_queue.id = "
@@ -117,7 +117,7 @@ CLAIM_MANY = (
     'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
     "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
     'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
-        'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
+    'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
     '(delayed_queue."expiresAt" IS NULL OR delayed_queue."expiresAt" > %(now)s::BIGINT) '
     'ORDER BY delayed_queue."scheduledAt", delayed_queue.id \n LIMIT %(limit)s FOR UPDATE SKIP '
     "LOCKED) AS candidates ON true \n LIMIT %(limit)s) AS locked) AS picked WHERE "

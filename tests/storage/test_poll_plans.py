@@ -109,8 +109,10 @@ def not_read_and_thrown_away(scan: dict) -> bool:
     """Whether a PostgreSQL index scan node read no row it then dropped: no filter but the
     expiry's (every row a claim reads it locks anyway), and that one removed nothing."""
     condition = scan.get("Filter", '"expiresAt"')
-    return '"expiresAt"' in condition and "scheduledAt" not in condition and (
-        scan.get("Rows Removed by Filter", 0) == 0
+    return (
+        '"expiresAt"' in condition
+        and "scheduledAt" not in condition
+        and (scan.get("Rows Removed by Filter", 0) == 0)
     )
 
 
