@@ -3,7 +3,7 @@
 Reads `delivery_history` and `delayed_queue` in partitions by `id` range, and
 writes into the output directory:
 - `hourly/`: per queue and UTC hour (by when messages finished): finished,
-  deliveries, redeliveries, acknowledgements, dead letters, dropped, lateness
+  deliveries, redeliveries, acknowledgements, dead letters, dropped, expired, lateness
   and processing-time percentiles (Parquet);
 - `forecast/`: messages coming due per queue and hour for the next days (Parquet);
 - `summary.json`: the same per queue over the whole history, and what is ready now;

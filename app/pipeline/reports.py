@@ -36,7 +36,7 @@ def history_stats(history: DataFrame, *groups: str) -> DataFrame:
 
     - `deliveries`: every delivery of the messages that finished; `redeliveries`:
       those beyond each message's first;
-    - `acknowledgements`, `dead_letters`, `dropped`: messages that finished so;
+    - `acknowledgements`, `dead_letters`, `dropped`, `expired`: messages that finished so;
     - `lateness`: first delivery minus the time the producer asked for;
     - `processing`: acknowledgement minus last delivery, of acknowledged messages.
     """
@@ -59,6 +59,7 @@ def history_stats(history: DataFrame, *groups: str) -> DataFrame:
             F.count(F.when(outcome == "acknowledged", 1)).alias("acknowledgements"),
             F.count(F.when(outcome == "dead_lettered", 1)).alias("dead_letters"),
             F.count(F.when(outcome == "dropped", 1)).alias("dropped"),
+            F.count(F.when(outcome == "expired", 1)).alias("expired"),
             *_percentiles("lateness", lateness),
             *_percentiles("processing", processing),
         )

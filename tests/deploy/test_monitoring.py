@@ -183,8 +183,8 @@ def _call(method: str, server: Server, path: str, status: int, **options: Any) -
 
 def _make_traffic(server: Server, receiver: PushReceiver) -> None:
     """Offers, polls (with messages and empty, and one held back by a limit), an
-    acknowledgement, a release, a dead letter, cron runs, a push, 4xx answers, and a
-    connection dropped for want of a head."""
+    acknowledgement, a release, a dead letter, an expired message, cron runs, a push, 4xx
+    answers, and a connection dropped for want of a head."""
     _call("PUT", server, "/v1/queues/orders/settings", 200, json={"max_deliveries": 1})
     _call("PUT", server, "/v1/queues/orders/messages/a", 201, json={"payload": 1})
     _call("POST", server, "/v1/queues/orders/batch", 200,
@@ -196,6 +196,15 @@ def _make_traffic(server: Server, receiver: PushReceiver) -> None:
     # Its one delivery used up, the poll that finds it again moves it to orders.dead.
     assert _call("POST", server, "/v1/queues/orders/poll", 200, json={}).json()["messages"] == []
     assert _call("GET", server, "/v1/queues/orders.dead/messages/b", 200).json()["key"] == "b"
+    # A message offered already past its expiry: the sweep moves it to orders.dead.
+    _call("PUT", server, "/v1/queues/orders/messages/e", 201,
+          json={"payload": 3, "expires_at": "2020-01-01T00:00:00Z"})  # fmt: skip
+    for _ in range(10_000):  # within a sweep or two (0.25 s each), no sleep
+        answer = httpx.get(f"{server.url}/v1/queues/orders.dead/messages/e", timeout=WAIT_SECONDS)
+        if answer.status_code == 200 and answer.json()["expired"]:
+            break
+    else:
+        raise AssertionError("the expired message was never swept")
     _call("PUT", server, "/v1/queues/ticks/cron/tick", 201, json={"payload": 1, "every": 3600})
     # A poll held back by a limit: one leased at most, and one is.
     _call("PUT", server, "/v1/queues/limited/settings", 200, json={"max_leased": 1})
@@ -251,6 +260,7 @@ def test_traffic_makes_every_metric_family_appear(scraped, database):
     assert with_samples == families
     for name in (
         "hourglass_messages_dead_lettered_total",
+        "hourglass_messages_expired_total",
         "hourglass_push_requests_total",
         "hourglass_push_duration_seconds_bucket",
         "hourglass_connections_dropped_total",

@@ -104,6 +104,7 @@ def test_hourly_groups_by_the_hour_messages_finished(spark):
         ("q", 0, 1_000, 1_000, 1, "acknowledged", 2_000),
         ("q", 0, 5_000, 9_000, 3, "acknowledged", 3_600_000 + 10_000),
         ("q", 0, None, None, 0, "dropped", 3_600_000 + 20_000),
+        ("q", 0, None, None, 0, "expired", 3_600_000 + 30_000),
     ]
     history = spark.createDataFrame(
         rows,
@@ -113,9 +114,10 @@ def test_hourly_groups_by_the_hour_messages_finished(spark):
     result = [row.asDict() for row in reports.hourly(history).collect()]
     assert [(row["hour"].hour, row["finished"], row["redeliveries"]) for row in result] == [
         (0, 1, 0),
-        (1, 2, 2),
+        (1, 3, 2),
     ]
-    assert result[1]["lateness_p50_s"] == 5.0  # the dropped message was never delivered
+    assert (result[1]["dropped"], result[1]["expired"]) == (1, 1)
+    assert result[1]["lateness_p50_s"] == 5.0  # the dropped and the expired never were delivered
     assert result[1]["processing_p50_s"] == pytest.approx(3601.0)
 
 
