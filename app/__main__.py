@@ -304,16 +304,16 @@ def _add_pipeline(commands) -> None:
             metavar="NAME",
             help=f"the input column holding `{field}` (default: {field})",
         )
-    # A row's expiry, as a message's: a time, or seconds after it is due; one or the other.
-    expiry = job.add_mutually_exclusive_group()
-    expiry.add_argument(
+    # A row's expiry, as a message's: a time, or seconds after it is due (a row that fills
+    # both is rejected, as the API refuses a body with both).
+    job.add_argument(
         "--expires-at-column",
         default="expires_at",
         metavar="NAME",
         help="the input column holding `expires_at`, when a row expires: RFC 3339 text or a "
         "timestamp (default: expires_at)",
     )
-    expiry.add_argument(
+    job.add_argument(
         "--ttl-column",
         default="ttl",
         metavar="NAME",

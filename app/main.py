@@ -29,7 +29,7 @@ from app.periodic import Periodic
 from app.push.dispatcher import PushDispatcher
 from app.queue.lists import QueueLists
 from app.queue.notifier import Notifier
-from app.queue.service import QueueService
+from app.queue.service import EXPIRY_SWEEP_BATCH, QueueService
 from app.storage.calls import StorageCalls
 from app.storage.engine import create_storage
 
@@ -38,11 +38,10 @@ log = logging.getLogger(__name__)
 # How often each replica prunes the delivery history, and rows per DELETE.
 HISTORY_PRUNE_SECONDS = 60.0
 HISTORY_PRUNE_BATCH = 1000
-# How often each replica sweeps expired messages, and how many a transaction moves: a
-# message leaves within about this long after its expiry, plus the sweep's own time
-# (docs/decisions/0028-expiry.md). An idle sweep is one read of the expiry index.
+# How often each replica sweeps expired messages: a message leaves within about this
+# long after its expiry, plus the sweep's own time (docs/decisions/0028-expiry.md). An
+# idle sweep is one read of the expiry index.
 EXPIRY_SWEEP_SECONDS = 0.25
-EXPIRY_SWEEP_BATCH = 500
 
 # Allocations between collections of the youngest generation (Python's default: 700).
 GC_FIRST_GENERATION_THRESHOLD = 10_000

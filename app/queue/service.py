@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 # When a poll finds due messages that other polls hold (SKIP LOCKED), they are
 # usually released within milliseconds; look again after this long.
 _HELD_BY_OTHERS_RECHECK_SECONDS = 0.01
+# Expired messages a sweep moves or removes per transaction (docs/decisions/0028-expiry.md).
+EXPIRY_SWEEP_BATCH = 500
 # A queue's settings are read from the database at most this often per process: a
 # change made through another replica applies here within this many seconds.
 SETTINGS_CACHE_SECONDS = 5.0
@@ -357,6 +359,12 @@ class QueueService:
                     await self.notifier.wait(ticket, timeout)
                     continue
                 next_due = await self._run(queue, partial(self.storage.messages.next_due, queue))
+                # Due, yet not taken: held by another transaction, or expired and not yet
+                # swept. Sweep now rather than look again and again until the sweep comes
+                # (docs/decisions/0028-expiry.md); if it took any, look again.
+                due_now = next_due is not None and next_due <= self.clock.now_ms()
+                if due_now and await self.expire(EXPIRY_SWEEP_BATCH, once=True):
+                    continue
                 if next_due is not None:
                     until_due = (next_due - self.clock.now_ms()) / 1000
                     timeout = min(timeout, max(until_due, _HELD_BY_OTHERS_RECHECK_SECONDS))
@@ -754,9 +762,12 @@ class QueueService:
                 break
         return pruned
 
-    async def expire(self, batch: int, stopping: Callable[[], bool] = lambda: False) -> int:
+    async def expire(
+        self, batch: int, stopping: Callable[[], bool] = lambda: False, *, once: bool = False
+    ) -> int:
         """Sweep the messages whose expiry has passed, `batch` a transaction, until none is
-        left (docs/decisions/0028-expiry.md); how many. Stops early when `stopping` says so."""
+        left (`once`: one transaction) (docs/decisions/0028-expiry.md); how many. Stops
+        early when `stopping` says so."""
         expired = 0
         while not stopping():
             now = self.clock.now_ms()
@@ -768,8 +779,8 @@ class QueueService:
             for dead_letter_queue in swept.dead_letter_queues:
                 self.notifier.notify(dead_letter_queue)
             expired += sum(swept.expired.values())
-            if swept.found < batch or not swept.expired:
-                break  # the rest wait on dead-letter keys workers hold: a later sweep
+            if once or swept.found < batch:
+                break
         return expired
 
     async def schema_status(self) -> SchemaStatus:

@@ -55,11 +55,8 @@ class SqlExpiry:
         for queue in queues:
             ids = ids_of[queue]
             dead_letter_queue = dead_letter_queue_of.get(queue)
-            if dead_letter_queue is None:
-                gone = await self.removals.remove_on(
-                    connection, self.statements.remove, {"ids": ids}, now, Finish.EXPIRED
-                )
-            else:
+            gone = 0
+            if dead_letter_queue is not None:
                 dead_lock_id = str(uuid.uuid4())
                 held = {"ids": ids, "dead_lock_id": dead_lock_id}
                 await connection.execute(self.statements.hold, held)
@@ -68,6 +65,17 @@ class SqlExpiry:
                 )
                 if gone:
                     moved_to.add(dead_letter_queue)
+            # Those not moved (no dead-letter queue; or a worker holds the message under
+            # the same key there, which a dead letter would replace) are removed: they
+            # leave now all the same, recorded as expired.
+            if gone < len(ids):
+                gone += await self.removals.remove_on(
+                    connection,
+                    self.statements.remove,
+                    {"ids": ids, "queue": queue},
+                    now,
+                    Finish.EXPIRED,
+                )
             if gone:
                 expired[queue] = gone
         return Swept(sum(map(len, ids_of.values())), expired, frozenset(moved_to))

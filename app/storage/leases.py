@@ -90,10 +90,13 @@ class SqlLeases:
         With `max_leased` or a `rate` in `settings`, the claim takes turns with every other
         claim of the queue and takes at most the room the limits leave (as stored now:
         docs/decisions/0026-concurrency-and-rate-limits.md); the Claim says which limit
-        held it back, and when that limit has room again by time alone. Such a claim
-        reads the time from `clock` (when given) once its turn is taken: one that waited
-        for its turn counts the rate's window, and starts its leases and deliveries, at
-        the time it claims, not at `now` (the Claim's `lease_until` says when they end).
+        held it back, and when that limit has room again by time alone.
+
+        Every claim reads the time from `clock` (when given) once it runs, with its
+        connection and (with limits) its turn: one that waited judges expiry
+        (docs/decisions/0028-expiry.md) and counts the rate's window, and starts its
+        leases and deliveries, at the time it claims, not at `now` (the Claim's
+        `lease_until` says when the leases end).
         """
         max_deliveries = settings.max_deliveries if settings else None
         parameters: dict[str, Any] = {
@@ -127,6 +130,7 @@ class SqlLeases:
             )
 
             async def claim(connection: Connection) -> list[claims.ClaimedRow]:
+                _read_the_time(parameters, clock)
                 return await self.dialect.claim(connection, parameters)
 
             claimed = await run(claim)
@@ -178,16 +182,11 @@ class SqlLeases:
         when that limit has room again by time alone (None: only when a lease ends early).
 
         With a `clock`, the times in `parameters` move on to its reading once the turn is
-        taken (as the extension's do: extend_within_limits), in place: the caller's
-        deliveries and dead-letter hold follow them."""
+        taken (as the extension's do: extend_within_limits): _read_the_time."""
         statements = self.statements
         queue, asked = parameters["queue"], parameters["limit"]
         limits = (await connection.execute(statements.limits_lock, {"queue": queue})).first()
-        if clock is not None:
-            waited = max(0, clock() - parameters["now"])
-            for time in ("now", "lease_until", "dead_hold_until"):
-                if time in parameters:
-                    parameters[time] += waited
+        _read_the_time(parameters, clock)
         now = parameters["now"]
         if limits is None:  # its settings went since they were read: no limits now
             return await self.dialect.claim(connection, parameters), (None, None)
@@ -564,6 +563,18 @@ class SqlLeases:
             return [row.pKey for row in rows]
 
         return await self.runner.transaction(release)
+
+
+def _read_the_time(parameters: dict[str, Any], clock: Callable[[], int] | None) -> None:
+    """Move a claim's times in `parameters` on to `clock`'s reading (None: keep them), in
+    place, so that the caller's deliveries and dead-letter hold follow: now, the leases'
+    end and the hold's. A transaction run again moves them on by what it waited again."""
+    if clock is None:
+        return
+    waited = max(0, clock() - parameters["now"])
+    for time in ("now", "lease_until", "dead_hold_until"):
+        if time in parameters:
+            parameters[time] += waited
 
 
 def _per_queue(

@@ -45,9 +45,15 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("cron_entries") as table:
+    # The releases before this one know no history outcome `expired`: their lists would
+    # fail on it. What expired left its queue as dropped messages do.
+    op.execute("UPDATE delivery_history SET outcome = 'dropped' WHERE outcome = 'expired'")
+    # recreate="never": on SQLite a DROP COLUMN of its own (3.35 and later), not Alembic's
+    # copy of the table, which would lose the groups' triggers (revision 0012) and the
+    # poll index's DESC.
+    with op.batch_alter_table("cron_entries", recreate="never") as table:
         table.drop_column("ttlMs")
     op.drop_index(_EXPIRY_INDEX, table_name="delayed_queue")
-    with op.batch_alter_table("delayed_queue") as table:
+    with op.batch_alter_table("delayed_queue", recreate="never") as table:
         table.drop_column("expiredAt")
         table.drop_column("expiresAt")

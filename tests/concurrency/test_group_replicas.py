@@ -2,7 +2,9 @@
 `hourglass serve` replicas drain 2,000 messages in 50 groups, on PostgreSQL and on MariaDB.
 With group_concurrency N, never more than N of one group are leased at once (seen both in
 the database, sampled all along, and in the workers' answers), every message is
-acknowledged exactly once, and with N = 1 each group goes in due order."""
+acknowledged exactly once, and with N = 1 each group goes in due order; with N = 1 while
+workers release some of what they get and another client moves messages between groups,
+still never two of one group at once."""
 
 from __future__ import annotations
 
@@ -187,3 +189,99 @@ def test_eight_workers_on_two_replicas_keep_each_group_s_bound_and_order(
         if concurrency == 1:  # one at a time: each arrives after the one before is let go
             order = [positions[each.key] for each in sorted(deliveries, key=lambda d: d.received)]
             assert order == sorted(order), group
+
+
+def _churn_work(
+    server: Server, acknowledged: set[str], lock: threading.Lock, finished: threading.Event
+) -> None:
+    """A worker that lets every fifth poll's messages go again (a release) and acknowledges
+    the others by key, noting what each acknowledgement took."""
+    deadline = time.monotonic() + DRAIN_SECONDS
+    polls = 0
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        while time.monotonic() < deadline and not finished.is_set():
+            answer = client.post(
+                f"/v1/queues/{QUEUE}/poll", json={"max": 5, "wait": 0.5, "lease": LEASE}
+            )
+            assert answer.status_code == 200, answer.text
+            polled = answer.json()
+            if not polled["messages"]:
+                continue
+            polls += 1
+            path = f"/v1/queues/{QUEUE}/locks/{polled['lock_id']}"
+            if polls % 5 == 0:
+                released = client.post(f"{path}/release", json={})
+                assert released.status_code == 204, released.text
+                continue
+            keys = [message["key"] for message in polled["messages"]]
+            taken = client.post(f"{path}/ack", json={"keys": keys})
+            assert taken.status_code == 200, taken.text
+            with lock:
+                acknowledged.update(taken.json()["acknowledged"])
+                if len(acknowledged) >= MESSAGES:
+                    finished.set()
+
+
+def _regroup(server: Server, finished: threading.Event, moved: Counter) -> None:
+    """Until the drain ends: move messages to another group (an update-only offer of the
+    same payload and time, the group changed), whether they wait, lead their group or are
+    leased (an update takes a message from its holder)."""
+    base = int(time.time() * 1000) - 3_600_000
+    index = 0
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        while not finished.is_set():
+            index = (index + 37) % MESSAGES
+            body = {
+                "payload": index,
+                "group": f"g{(index + 1) % GROUPS:02d}",
+                "scheduled_at": format_timestamp(base + index),
+            }
+            answer = client.post(f"/v1/queues/{QUEUE}/messages/k{index:04d}", json=body)
+            assert answer.status_code in (200, 404), answer.text  # 404: acknowledged already
+            moved[answer.status_code] += 1
+
+
+def test_releases_and_regroups_during_the_drain_never_lease_two_of_a_group(replicas, server_url):
+    """As above with group_concurrency 1, while workers release a fifth of what they get
+    and a ninth client moves messages between groups: still never two of one group leased
+    at once, and every message acknowledged exactly once."""
+    a, b = replicas
+    positions = _offer(a)
+    worst: Counter = Counter()
+    stop, finished = threading.Event(), threading.Event()
+    sampler = threading.Thread(target=_sample, args=(server_url, stop, worst))
+    sampler.start()
+    acknowledged: set[str] = set()
+    moved: Counter = Counter()
+    lock = threading.Lock()
+    try:
+        with ThreadPoolExecutor(2 * WORKERS_PER_REPLICA + 1) as pool:
+            regrouping = pool.submit(_regroup, b, finished, moved)
+            workers = [
+                pool.submit(_churn_work, server, acknowledged, lock, finished)
+                for server in (a, b)
+                for _ in range(WORKERS_PER_REPLICA)
+            ]
+            for worker in workers:
+                worker.result()
+            finished.set()
+            regrouping.result()
+    finally:
+        stop.set()
+        sampler.join()
+
+    assert acknowledged == set(positions)
+    assert moved[200] > 0, moved  # some messages did change group during the drain
+    engine = create_engine(server_url)
+    try:
+        with engine.connect() as connection:
+            history = connection.execute(
+                select(delivery_history.c.key, delivery_history.c.outcome).where(
+                    delivery_history.c.queue == QUEUE
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert Counter(outcome for _, outcome in history) == {"acknowledged": MESSAGES}
+    assert worst, "the sampler saw nothing leased"
+    assert max(worst.values()) <= 1, worst

@@ -6,8 +6,11 @@ clock moved; two replicas sweeping on their own: tests/concurrency/test_expiry_r
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from app.domain.messages import Offer
 from tests.conftest import START_MS
 from tests.helpers import at, history_rows, keys_of, poll, put, stored_rows
 
@@ -196,3 +199,45 @@ def test_a_ttl_that_reaches_past_year_9999_expires_at_its_last_instant(client):
     assert message(client, "late")["expires_at"] == "9999-12-31T23:59:59.999Z"
     listed = client.get("/v1/queues/q/messages").json()["messages"]
     assert [each["expires_at"] for each in listed] == ["9999-12-31T23:59:59.999Z"]
+
+
+def test_a_claim_judges_expiry_by_the_time_it_runs_not_the_time_the_poll_began(store):
+    # The poll read the time (START_MS) before it waited for a connection; it claims two
+    # seconds later, past the message's expiry: nothing is delivered.
+    store.messages.offer_many(
+        "q", [Offer("k", b"1", START_MS - 1_000, expires_at=START_MS + 1_000)], START_MS
+    )
+    claim = store.leases.poll(
+        "q", 5, str(uuid.uuid4()), START_MS + 60_000, START_MS, clock=lambda: START_MS + 2_000
+    )
+    assert claim.deliveries == []
+    leased = store.leases.poll(
+        "q", 5, str(uuid.uuid4()), START_MS + 60_000, START_MS, clock=lambda: START_MS + 999
+    )
+    assert leased.lease_until == START_MS + 60_999  # runs from when it claimed
+
+
+def test_a_waiting_poll_that_finds_only_expired_messages_sweeps_them_and_waits(
+    client, clock, database
+):
+    # With the app's sweeper stopped, the poll's own look finds the message due but not
+    # to be delivered: it sweeps (rather than look again every few milliseconds until
+    # the sweeper comes), then waits out its wait with nothing due.
+    offered(client, "k", ttl=1)
+    clock.advance(1)
+    assert poll(client, "q", wait=0.3)["messages"] == []
+    assert [row["outcome"] for row in history_rows(database.url)] == ["expired"]
+
+
+def test_an_expired_message_whose_dead_letter_key_a_worker_holds_is_removed(
+    client, clock, database
+):
+    configure(client, max_deliveries=3)
+    offered(client, "k", "q.dead")
+    assert keys_of(poll(client, "q.dead", lease=600)) == ["k"]  # a worker holds q.dead/k
+    offered(client, "k", ttl=1)
+    clock.advance(1)
+    assert sweep(client) == 1
+    assert client.get("/v1/queues/q/messages/k").status_code == 404
+    assert message(client, "k", "q.dead")["state"] == "leased"  # its holder keeps it
+    assert [row["outcome"] for row in history_rows(database.url)] == ["expired"]

@@ -326,22 +326,6 @@ def test_the_command_line_prints_the_counts(sqlite_url, tmp_path):
     assert {row["expiresAt"] - row["scheduledAt"] for row in stored} == {60_000}
 
 
-def test_the_command_line_takes_an_expiry_column_or_a_ttl_column_not_both(tmp_path):
-    # Refused before Spark or the database is asked anything.
-    command = [sys.executable, "-m", "app", "pipeline", "import", str(tmp_path / "in.csv")]
-    result = subprocess.run(
-        [*command, "--expires-at-column", "ends", "--ttl-column", "life"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2, result.stderr
-    assert "--ttl-column: not allowed with argument --expires-at-column" in result.stderr or (
-        "--expires-at-column: not allowed with argument --ttl-column" in result.stderr
-    )
-
-
 def test_duplicates_spanning_arrow_batches_are_resolved(spark, clean_database, tmp_path):
     rows = [("q", f"k{n // 3}", f'"v{n}"', f"2026-11-27T09:00:0{n % 3}Z") for n in range(30)]
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")

@@ -287,3 +287,57 @@ def test_revision_0009_reads_existing_messages_and_entries_as_priority_0_both_wa
         command.check(config)
     finally:
         engine.dispose()
+
+
+def test_revision_0014_down_keeps_the_group_triggers_and_the_poll_index_and_drops_expired(
+    empty_database_url,
+):
+    # SQLite's DROP COLUMN of its own, not a copy of the table (which would lose the groups'
+    # triggers and the poll index's DESC); the history's `expired`, which the releases before
+    # it do not know, becomes `dropped`.
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "head")
+    engine = create_engine(empty_database_url)
+
+    def shape() -> tuple[set[str], set[tuple]]:
+        """SQLite's triggers and its indexes' own SQL (DESC included); elsewhere, indexes."""
+        if engine.dialect.name != "sqlite":
+            indexes = inspect(engine).get_indexes("delayed_queue")
+            return set(), {(each["name"], tuple(each["column_names"])) for each in indexes}
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'delayed_queue'")
+            ).all()
+        return {name for kind, name, _ in rows if kind == "trigger"}, {
+            (name, sql) for kind, name, sql in rows if kind == "index"
+        }
+
+    try:
+        fresh = alembic_config(empty_database_url)  # the shape of 0013, built fresh
+        command.downgrade(fresh, "base")
+        command.upgrade(fresh, "0013")
+        before = shape()
+        command.upgrade(config, "head")
+        history = {
+            "queue": "q",
+            "key": "k",
+            "scheduledAt": 1,
+            "createdAt": 1,
+            "deliveries": 0,
+            "outcome": "expired",
+            "finishedAt": 2,
+        }
+        with engine.begin() as connection:
+            recorded = table("delivery_history", *(column(name) for name in history))
+            connection.execute(insert(recorded).values(history))
+        command.downgrade(config, "0013")
+        assert shape() == before
+        with engine.connect() as connection:
+            outcome = connection.execute(text("SELECT outcome FROM delivery_history")).scalar()
+        assert outcome == "dropped"
+        if engine.dialect.name == "sqlite":
+            assert len(before[0]) == 3  # the groups' triggers (revision 0012)
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

@@ -360,7 +360,8 @@ class Expiry:
     # Those of one queue ("ids") held for the move to its dead-letter queue under a lock id
     # nobody else knows ("dead_lock_id"): the holder of a lease loses it at once.
     hold: Update
-    # Deleting them ("ids"), recorded in the history as expired (through Removals).
+    # Deleting those of them ("ids") still in "queue", recorded in the history as expired
+    # (through Removals).
     remove: Removal
     # Of some queues ("queues"), those whose settings give a dead-letter queue: a delivery
     # limit (dead letters go to `{queue}.dead` unless named) or a named one.
@@ -384,7 +385,7 @@ def build_expiry(listed: Callable[[Any, str], Any] = listed) -> Expiry:
         hold=update(queue_table)
         .where(listed(columns.id, "ids"))
         .values(lockUuid=bindparam("dead_lock_id")),
-        remove=removal(listed(columns.id, "ids")),
+        remove=removal(listed(columns.id, "ids") & in_queue),
         dead_letter_queues=select(
             settings.queue, settings.maxDeliveries, settings.deadLetterQueue
         ).where(
