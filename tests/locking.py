@@ -61,10 +61,17 @@ def locked_from_outside(url: str, queue: str | None = None) -> Iterator[int | No
         engine.dispose()
 
 
-def busy_sessions(url: str, besides: int | None) -> list[str]:
+# The expiry sweep's reads (docs/decisions/0028-expiry.md), as a LIKE pattern of their
+# text: every replica runs one four times a second, whatever the requests, so with the
+# whole table locked one of them is always waiting its bounded turn.
+EXPIRY_SWEEP = "%expiresAt_ <= %"
+
+
+def busy_sessions(url: str, besides: int | None, *, but: str | None = None) -> list[str]:
     """The sessions on the database of `url`, other than `besides` and the asking one,
     waiting on a lock or inside a transaction: what the service still holds there. None
-    on SQLite, which has no server."""
+    on SQLite, which has no server. `but`: a LIKE pattern of statements to leave out
+    (EXPIRY_SWEEP: the service's background sweep, not a request's)."""
     name = database_name(url)
     if name == "sqlite":
         return []
@@ -72,7 +79,8 @@ def busy_sessions(url: str, besides: int | None) -> list[str]:
         query = (
             "SELECT state || ' ' || coalesce(wait_event_type, '') FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), :besides) "
-            "AND (wait_event_type = 'Lock' OR state LIKE 'idle in transaction%')"
+            "AND (wait_event_type = 'Lock' OR state LIKE 'idle in transaction%') "
+            "AND query NOT LIKE :but"
         )
     else:
         query = (
@@ -80,11 +88,13 @@ def busy_sessions(url: str, besides: int | None) -> list[str]:
             "COALESCE(t.trx_state, '')) FROM information_schema.PROCESSLIST p "
             "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID "
             "WHERE p.DB = DATABASE() AND p.ID NOT IN (CONNECTION_ID(), :besides) "
-            "AND (t.trx_id IS NOT NULL OR p.STATE LIKE 'Waiting for%')"
+            "AND (t.trx_id IS NOT NULL OR p.STATE LIKE 'Waiting for%') "
+            "AND COALESCE(p.INFO, '') NOT LIKE :but"
         )
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
-            return list(connection.execute(text(query), {"besides": besides or 0}).scalars())
+            parameters = {"besides": besides or 0, "but": but or ""}
+            return list(connection.execute(text(query), parameters).scalars())
     finally:
         engine.dispose()

@@ -170,6 +170,8 @@ def test_a_message_past_its_last_delivery_moves_to_the_dead_letter_queue(client,
         "dead_lettered_from": "q",
         "priority": 0,
         "group": None,
+        "expires_at": None,
+        "expired": False,
     }
     assert history_rows(database.url) == [
         {

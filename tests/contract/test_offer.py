@@ -76,6 +76,8 @@ def test_message_read_shows_every_field(client):
         "dead_lettered_from": None,
         "priority": 0,
         "group": None,
+        "expires_at": None,
+        "expired": False,
     }
     assert "lock" not in response.text
 

@@ -39,6 +39,8 @@ def test_a_future_message_is_invisible_until_exactly_due(client, clock):
         "dead_lettered_from": None,
         "priority": 0,
         "group": None,
+        "expires_at": None,
+        "expired": False,
         "delivery": "first",
         "lease_expires_at": at(START_MS + 40_000),
     }

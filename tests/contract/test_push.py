@@ -269,6 +269,8 @@ def test_a_due_message_is_posted_as_a_poll_shows_it_signed_and_acknowledged(
         "dead_lettered_from": None,
         "priority": 0,
         "group": None,
+        "expires_at": None,
+        "expired": False,
         "delivery": "first",
         "lease_expires_at": at(lease_ends),
     }

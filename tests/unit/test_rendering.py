@@ -187,6 +187,7 @@ def test_a_model_with_a_stored_payload_equals_the_model(payload):
         "timezone": "UTC",
         "priority": 7,
         "group": 'g"1"',
+        "ttl": 90.5,
         "lookahead": None,
         "config_hash": "0123456789abcdef",
         "created_at": 0,
