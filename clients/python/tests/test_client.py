@@ -233,6 +233,15 @@ def test_expiry_on_every_offer_and_every_message(api, queue):
     with pytest.raises(Invalid):
         api.offer(queue, "k", 1, ttl=0)
 
+    # A cron entry's ttl: each run expires that long after it is due.
+    entry = api.install_cron(queue, "tick", 1, every=600, ttl=timedelta(minutes=5))
+    assert entry.ttl == 300 and api.get_cron(queue, "tick").ttl == 300
+    runs = [message for message in api.iter_messages(queue) if message.key.startswith("tick/")]
+    assert runs and all(
+        run.expires_at == run.scheduled_at_initially + timedelta(minutes=5) for run in runs
+    )
+    assert api.install_cron(queue, "tick", 1, every=600, ttl=300).outcome == "unchanged"
+
 
 def test_an_expired_message_leaves_its_queue_for_the_dead_letters_or_for_good(api, queue):
     dead_letters = api.put_settings(queue, max_deliveries=5).dead_letter_queue
