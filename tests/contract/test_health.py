@@ -84,8 +84,10 @@ def _statements(client) -> float:
 
 
 def test_metrics_count_the_statements_sent_to_the_database(client):
-    # The expiry sweep looks four times a second by itself: stopped, only requests count.
+    # The expiry sweep and the groups' keeper look by themselves, several times a second:
+    # stopped, only the requests count.
     client.portal.call(client.app.state.expiry_sweeper.stop)
+    client.portal.call(client.app.state.service.keeper.stop)
     before = _statements(client)
     client.post("/v1/queues/q/poll", json={"max": 1})
     after_one_poll = _statements(client)
