@@ -2,8 +2,9 @@
 messages waiting to be due (docs/decisions/0026-concurrency-and-rate-limits.md): the
 database's plan of it, analysed, on a queue of 20,000 messages due later and 10 leased,
 beside another queue with 2,000 leased. PostgreSQL and SQLite read the partial index of
-leased messages (the queue's own); MariaDB, which has no partial indexes, its lock index
-(every queue's leases)."""
+leased messages (the queue's own; PostgreSQL may take the lock index, whose costs it
+estimates close); MariaDB, which has no partial indexes, its lock index (every queue's
+leases)."""
 
 from __future__ import annotations
 
@@ -37,4 +38,10 @@ def test_the_count_of_live_leases_reads_leases_only(store, clean_database):
         connection.commit()
     statement = store.dialect.statements.leases.limits_leased
     plan = plan_of(store, statement, {"queue": QUEUE, "now": START_MS})
-    assert (LOCK_INDEX if mariadb else LEASED_INDEX) in plan, plan
+    if mariadb:
+        assert LOCK_INDEX in plan, plan
+    else:
+        # The partial index of leases, or (the costs are close: 2,010 leases in all, and
+        # the estimate puts most in this queue) the lock index: leases either way.
+        assert LEASED_INDEX in plan or LOCK_INDEX in plan, plan
+    assert "Seq Scan" not in plan and "SCAN delayed_queue\n" not in plan + "\n", plan
