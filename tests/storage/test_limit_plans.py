@@ -44,4 +44,4 @@ def test_the_count_of_live_leases_reads_leases_only(store, clean_database):
         # The partial index of leases, or (the costs are close: 2,010 leases in all, and
         # the estimate puts most in this queue) the lock index: leases either way.
         assert LEASED_INDEX in plan or LOCK_INDEX in plan, plan
-    assert "Seq Scan" not in plan and "SCAN delayed_queue\n" not in plan + "\n", plan
+    assert "Seq Scan" not in plan, plan
