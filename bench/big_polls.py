@@ -30,7 +30,7 @@ from app.domain.messages import IfExists, Offer
 from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
 from bench.hourglass import fresh_database
-from tests.server import running_server
+from tests.support.server import running_server
 
 PAYLOAD = b'"' + b"x" * 262_142 + b'"'  # HOURGLASS_MAX_PAYLOAD_BYTES's default, encoded
 

@@ -9,7 +9,7 @@ the store (`Storage.cron_uninstall`: the entry's row, its runs, their history
 rows, one transaction), its queue first holding nothing else, then 1,000,000
 other messages, then 1,000,000 runs of another entry (keys of a run's shape,
 so on PostgreSQL they are in the partial index of run keys too). Each queue is
-loaded with one INSERT … SELECT on the server (tests/helpers.py: fill_queue),
+loaded with one INSERT … SELECT on the server (tests/support/helpers.py: fill_queue),
 then vacuumed, analysed and written out. Each queue has its own database, and the
 rounds go through the three in turn (so a busy moment of the machine slows all
 three), each installing an entry and its runs anew; a first round warms up.
@@ -33,7 +33,7 @@ from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry
 from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
-from tests.helpers import fill_queue
+from tests.support.helpers import fill_queue
 
 QUEUE = "reports"
 NOW_MS = 1_795_683_600_000  # 2026-11-26T09:00:00Z

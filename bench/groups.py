@@ -34,7 +34,7 @@ from sqlalchemy import create_engine
 from bench.hourglass import LEASE_SECONDS, fresh_database, now_ms
 from bench.http_client import event_loop_factory
 from bench.priorities import _analyse, _latencies, _Worker
-from tests.server import running_server
+from tests.support.server import running_server
 
 # Message g of a queue: due at `due` + g, in group g % groups (none when groups is 0).
 # A group's earliest is its first g; it stands in the front (priority 0), the rest wait

@@ -31,8 +31,8 @@ from sqlalchemy.engine import make_url
 
 from app.config import normalize_database_url
 from app.storage.schema import upgrade_to_head
-from tests.locking import locked_from_outside
-from tests.server import running_server
+from tests.support.locking import locked_from_outside
+from tests.support.server import running_server
 
 OFFER_CLIENTS = 2
 POLL_CLIENTS = 2

@@ -64,7 +64,7 @@ from app.storage.schema import upgrade_to_head
 from app.storage.store import Storage
 from bench.http_client import Connection as HttpConnection
 from bench.http_client import event_loop_factory
-from tests.server import running_server
+from tests.support.server import running_server
 
 QUEUE = "orders"
 OTHER = "other"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.http_client import Connection
-from tests.server import running_server
+from tests.support.server import running_server
 
 
 def resident_kib(pid: int) -> int:

@@ -30,7 +30,7 @@ from app.storage.schema import upgrade_to_head
 from bench.hourglass import QUEUE, ServiceTarget, now_ms
 from bench.http_client import event_loop_factory
 from bench.targets import PAYLOAD
-from tests.server import running_server
+from tests.support.server import running_server
 
 LEASE_MS = 30_000
 INSERT_CHUNK = 200  # rows per INSERT of a batch, as the store sends them

@@ -41,7 +41,7 @@ import psycopg
 from bench.accounting import process_cpu
 from bench.hourglass import fresh_database
 from bench.http_client import Connection, event_loop_factory
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/hourglass_bench_notify"
 WAIT_SECONDS = 20

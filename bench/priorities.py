@@ -34,7 +34,7 @@ from sqlalchemy import create_engine
 
 from bench.hourglass import LEASE_SECONDS, ServiceWorker, fresh_database, now_ms
 from bench.http_client import Connection, event_loop_factory
-from tests.server import running_server
+from tests.support.server import running_server
 
 _FILL = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '

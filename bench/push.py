@@ -5,7 +5,7 @@ bench's drain through HTTP with `max`=1.
     python -m bench.push --quick     # 200 over 2 s and 2,000 ready, 1 run: tests/bench
 
 One `hourglass serve` (a second one for the two-replica rounds) on a PostgreSQL database
-the run drops and creates, pushing to the tests' receiver (tests/push_receiver.py,
+the run drops and creates, pushing to the tests' receiver (tests/support/push_receiver.py,
 always 200) on a thread of this process.
 
 - Lateness: a push queue of default settings (concurrency 4, timeout 10 s); 1,000
@@ -44,8 +44,8 @@ from app.domain.formats import format_timestamp, parse_timestamp
 from bench.accounting import percentile, postgres_cpu, process_cpu
 from bench.hourglass import QUEUE, ServiceTarget, fresh_database, now_ms
 from bench.targets import PAYLOAD
-from tests.push_receiver import PushReceiver, push_receiver
-from tests.server import Server, running_server
+from tests.support.push_receiver import PushReceiver, push_receiver
+from tests.support.server import Server, running_server
 
 LATENESS_QUEUE = "bench-push"
 LEAD_MS = 2000  # offered this long before the first message is due

@@ -33,7 +33,7 @@ from bench.http_client import event_loop_factory
 from bench.interference import LEVERS, held_snapshot, noisy_neighbour, server_autovacuum
 from bench.report import Row, machine_description, markdown, write_results
 from bench.workloads import FULL, QUICK, Bench, Plan
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 
 async def run(

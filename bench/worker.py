@@ -52,7 +52,7 @@ from bench.accounting import postgres_cpu, process_cpu
 from bench.hourglass import QUEUE, ServiceWorker, _HourglassTable, fresh_database
 from bench.http_client import Connection
 from bench.targets import PAYLOAD
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT_PATH = ROOT / "clients" / "python"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import scratch_database
-from tests.server import running_server
+from tests.support.server import running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = "20261126"

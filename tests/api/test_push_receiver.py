@@ -1,4 +1,4 @@
-"""The tests' push receiver (tests/push_receiver.py) does what the push proofs rely on:
+"""The tests' push receiver (tests/support/push_receiver.py) does what the push proofs rely on:
 faults chosen the same way every run, holds that end when the sender gives up, signatures
 checked, and two requests of one key in flight at once noticed."""
 
@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.push_receiver import (
+from tests.support.push_receiver import (
     Fault,
     Outcome,
     Plan,

@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from app.main import create_app
-from tests.helpers import wait_until
-from tests.server import Server, running_server
+from tests.support.helpers import wait_until
+from tests.support.server import Server, running_server
 
 HEAD_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0

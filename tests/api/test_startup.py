@@ -22,8 +22,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.__main__ import EXIT_CODES_HELP, ExitCode
-from tests.proxy import TcpProxy
-from tests.server import free_port
+from tests.support.proxy import TcpProxy
+from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT = 60

@@ -17,7 +17,7 @@ from app.config import Settings
 from app.main import create_app
 from bench import hourglass
 from tests.conftest import FakeClock, truncate_all
-from tests.helpers import poll, put
+from tests.support.helpers import poll, put
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -23,8 +23,8 @@ from tests.browser.pages import (
     Service,
 )
 from tests.conftest import scratch_database
-from tests.proxy import tcp_proxy
-from tests.server import running_server
+from tests.support.proxy import tcp_proxy
+from tests.support.server import running_server
 
 # The flags that work on this machine, and no name resolution beyond 127.0.0.1: a page
 # that reached for a CDN or any other host would fail to load it (and the test with it).

@@ -25,7 +25,7 @@ try:
 except ImportError:  # reported by the `chromium` fixture, which every browser test uses
     WebDriver = WebElement = Any  # type: ignore[misc,assignment]
 
-from tests.proxy import TcpProxy
+from tests.support.proxy import TcpProxy
 
 # What HOURGLASS_API_TOKENS holds for every server here: a token for every queue, one for
 # the team-* queues only, and one for queues no test makes.

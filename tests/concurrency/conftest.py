@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import truncate_all
-from tests.server import running_server
+from tests.support.server import running_server
 
 
 @pytest.fixture(scope="module")

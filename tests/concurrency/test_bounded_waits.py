@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.locking import EXPIRY_SWEEP, busy_sessions, locked_from_outside
-from tests.server import running_server
+from tests.support.locking import EXPIRY_SWEEP, busy_sessions, locked_from_outside
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.server_databases
 

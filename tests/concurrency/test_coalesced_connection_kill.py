@@ -29,8 +29,8 @@ from app.storage.blocking import BlockingStorage, create_blocking_storage
 from app.storage.store import Storage
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import stored_rows, wait_until
-from tests.server import serving
+from tests.support.helpers import stored_rows, wait_until
+from tests.support.server import serving
 
 pytestmark = pytest.mark.postgresql_only
 

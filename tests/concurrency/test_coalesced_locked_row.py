@@ -15,8 +15,8 @@ from app.domain.messages import Offer
 from app.storage.blocking import create_blocking_storage
 from app.storage.coalescing import PATIENCE_SECONDS
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
-from tests.locking import busy_sessions, database_name
+from tests.support.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
+from tests.support.locking import busy_sessions, database_name
 
 pytestmark = pytest.mark.server_databases
 
@@ -69,7 +69,7 @@ def test_an_acknowledgement_stuck_on_a_locked_row_holds_back_no_other_of_its_que
                 what="the acknowledgement of the locked row waits on its lock",
                 details=lambda: (busy_sessions(server_url, session), stuck.done()),
                 # InnoDB's views of its transactions stood still while asked every 10 ms
-                # (tests/helpers.py): the wait was never seen, one run in five under load.
+                # (tests/support/helpers.py): the wait was never seen, one run in five under load.
                 every=INNODB_VIEWS_EVERY_SECONDS,
             )
             # Without the patience it would wait in line for the stuck call (the lock

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import history_rows, stored_rows
+from tests.support.helpers import history_rows, stored_rows
 
 pytestmark = pytest.mark.server_databases
 

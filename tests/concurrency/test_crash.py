@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import truncate_all
-from tests.server import running_server
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.server_databases
 

@@ -17,7 +17,7 @@ from app.domain.messages import IfExists, Offer
 from app.main import create_app
 from app.storage.blocking import create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
-from tests.helpers import keys_of, poll, stored_rows
+from tests.support.helpers import keys_of, poll, stored_rows
 
 pytestmark = pytest.mark.server_databases
 

@@ -19,8 +19,8 @@ from sqlalchemy import create_engine, func, select
 from app.domain.formats import format_timestamp, parse_timestamp
 from app.storage.tables import delayed_queue, delivery_history
 from tests.conftest import truncate_all
-from tests.helpers import wait_until
-from tests.server import Server, running_server
+from tests.support.helpers import wait_until
+from tests.support.server import Server, running_server
 
 pytestmark = pytest.mark.server_databases
 

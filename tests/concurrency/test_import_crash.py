@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from app.pipeline import IMPORT_APPLICATION_NAME
 from tests.conftest import truncate_all
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, func, select
 
 from app.storage.tables import delayed_queue, delivery_history
 from tests.conftest import truncate_all
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 pytestmark = pytest.mark.server_databases
 

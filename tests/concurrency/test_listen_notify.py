@@ -22,7 +22,7 @@ from app.config import Settings
 from app.main import create_app
 from app.storage.dialects import postgresql_peers
 from tests.conftest import truncate_all
-from tests.helpers import keys_of, poll, put, wait_until
+from tests.support.helpers import keys_of, poll, put, wait_until
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import truncate_all
-from tests.helpers import history_rows
-from tests.server import running_server
+from tests.support.helpers import history_rows
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.server_databases
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tests.conftest import truncate_all
-from tests.push_receiver import PushReceiver, faults, push_receiver
-from tests.server import Server, running_server
+from tests.support.push_receiver import PushReceiver, faults, push_receiver
+from tests.support.server import Server, running_server
 
 pytestmark = pytest.mark.server_databases
 

@@ -18,7 +18,7 @@ import httpx
 from app.config import Settings
 from app.domain.messages import IfExists, Offer
 from app.storage.blocking import create_blocking_storage
-from tests.server import running_server
+from tests.support.server import running_server
 
 PAYLOAD_BYTES = 262_144  # HOURGLASS_MAX_PAYLOAD_BYTES's default
 MESSAGES = 100  # 25 MiB due, past the default bound of a poll's answer

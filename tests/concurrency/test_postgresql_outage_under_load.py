@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.conftest import truncate_all
-from tests.proxy import refuses_connections, tcp_proxy
-from tests.server import running_server
+from tests.support.proxy import refuses_connections, tcp_proxy
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.postgresql_only
 

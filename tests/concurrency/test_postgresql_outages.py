@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, text
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import FakeClock, truncate_all
-from tests.helpers import poll, put
+from tests.support.helpers import poll, put
 
 pytestmark = pytest.mark.postgresql_only
 

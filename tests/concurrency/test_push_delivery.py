@@ -1,5 +1,5 @@
 """Push delivery end to end (SPEC §12, issue 18): real `hourglass serve` processes on
-PostgreSQL pushing to the tests' receiver (tests/push_receiver.py) through 500s and
+PostgreSQL pushing to the tests' receiver (tests/support/push_receiver.py) through 500s and
 timeouts, a kill -9 and two replicas: every message acknowledged once, none lost, a key
 sent again only after its earlier attempt failed or its sender died, never in flight twice.
 """
@@ -26,8 +26,8 @@ from app.domain.formats import parse_timestamp
 from app.domain.messages import RetryPolicy
 from app.storage.tables import delayed_queue, delivery_history
 from tests.conftest import truncate_all
-from tests.helpers import at, wait_until
-from tests.push_receiver import (
+from tests.support.helpers import at, wait_until
+from tests.support.push_receiver import (
     Fault,
     Outcome,
     Plan,
@@ -38,7 +38,7 @@ from tests.push_receiver import (
     header_key,
     push_receiver,
 )
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 pytestmark = pytest.mark.postgresql_only
 

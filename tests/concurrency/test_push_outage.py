@@ -14,9 +14,9 @@ from app.config import Settings
 from app.main import create_app
 from app.push.ports import PushResult
 from tests.conftest import FakeClock, truncate_all
-from tests.helpers import history_rows, put
-from tests.proxy import tcp_proxy
-from tests.push_endpoint import running_endpoint
+from tests.support.helpers import history_rows, put
+from tests.support.proxy import tcp_proxy
+from tests.support.push_endpoint import running_endpoint
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -11,9 +11,9 @@ import pytest
 
 from app.push.dispatcher import STOP_GRACE_SECONDS
 from tests.conftest import truncate_all
-from tests.helpers import history_rows, stored_rows
-from tests.push_endpoint import Answer, running_endpoint
-from tests.server import running_server
+from tests.support.helpers import history_rows, stored_rows
+from tests.support.push_endpoint import Answer, running_endpoint
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.server_databases
 

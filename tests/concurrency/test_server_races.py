@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.helpers import stored_rows
+from tests.support.helpers import stored_rows
 
 pytestmark = pytest.mark.server_databases
 

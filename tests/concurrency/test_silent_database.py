@@ -26,8 +26,8 @@ from app.storage.dialects.base import (
     PING_AFTER_IDLE_SECONDS,
 )
 from tests.conftest import truncate_all
-from tests.proxy import TcpProxy, tcp_proxy
-from tests.server import running_server
+from tests.support.proxy import TcpProxy, tcp_proxy
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.server_databases
 

@@ -27,8 +27,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import truncate_all
-from tests.helpers import wait_until
-from tests.server import Server, free_port, running_server
+from tests.support.helpers import wait_until
+from tests.support.server import Server, free_port, running_server
 
 pytestmark = pytest.mark.server_databases
 

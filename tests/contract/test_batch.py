@@ -8,7 +8,7 @@ import pytest
 
 from app.domain.messages import Offer, Outcome
 from tests.conftest import START_MS
-from tests.helpers import at, keys_of, poll, put, stored_rows
+from tests.support.helpers import at, keys_of, poll, put, stored_rows
 
 # Every test here runs through both ways a batch offer inserts (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("batch_insert_path")

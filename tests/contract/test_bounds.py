@@ -22,8 +22,8 @@ from app.storage.dialects.base import (
     UNACKNOWLEDGED_SECONDS,
 )
 from tests.conftest import SERVERS, Database, FakeClock, truncate_all
-from tests.helpers import history_rows, put
-from tests.locking import busy_sessions, locked_from_outside
+from tests.support.helpers import history_rows, put
+from tests.support.locking import busy_sessions, locked_from_outside
 
 # Seconds: short, so the tests are; the waits measured must fall within a margin of them.
 SHORT = 1.0

@@ -15,7 +15,7 @@ from app.domain.errors import StorageUnavailable
 from app.domain.formats import parse_timestamp
 from app.domain.messages import MAX_DELAY_SECONDS, IfExists, Offer
 from app.main import create_app
-from tests.helpers import at, cron_rows, history_rows, keys_of, poll, stored_rows
+from tests.support.helpers import at, cron_rows, history_rows, keys_of, poll, stored_rows
 
 DAILY = {"payload": {"report": "sales"}, "daily": ["02:00"], "timezone": "Europe/Bucharest"}
 

@@ -12,7 +12,7 @@ from app.domain.messages import Offer, QueueSettings
 from app.main import create_app
 from app.queue.service import SETTINGS_CACHE_SECONDS
 from tests.conftest import START_MS
-from tests.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows
+from tests.support.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows
 
 LEASE = 30
 

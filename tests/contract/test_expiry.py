@@ -12,7 +12,7 @@ import pytest
 
 from app.domain.messages import Offer
 from tests.conftest import START_MS
-from tests.helpers import at, history_rows, keys_of, poll, put, stored_rows
+from tests.support.helpers import at, history_rows, keys_of, poll, put, stored_rows
 
 pytestmark = pytest.mark.usefixtures("clock", "swept_by_hand")
 

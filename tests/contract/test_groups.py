@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import START_MS
-from tests.helpers import at, keys_of, poll, put, stored_rows
+from tests.support.helpers import at, keys_of, poll, put, stored_rows
 
 pytestmark = pytest.mark.usefixtures("clock")
 

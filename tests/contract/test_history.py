@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, insert
 from app.main import create_app
 from app.storage.tables import delivery_history
 from tests.conftest import START_MS
-from tests.helpers import history_rows, poll, put
+from tests.support.helpers import history_rows, poll, put
 
 DAY = 24 * 3600
 

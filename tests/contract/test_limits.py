@@ -25,9 +25,9 @@ from tests.conftest import START_MS
 from tests.contract.test_bounds import LONG, MARGIN, SHORT, bounded_client
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
 from tests.contract.test_push import service_for
-from tests.helpers import keys_of, poll, put, settings_rows, stored_rows
-from tests.locking import database_name
-from tests.push_endpoint import Answer, running_endpoint
+from tests.support.helpers import keys_of, poll, put, settings_rows, stored_rows
+from tests.support.locking import database_name
+from tests.support.push_endpoint import Answer, running_endpoint
 
 EMPTY_POLL = {"lock_id": None, "messages": []}
 

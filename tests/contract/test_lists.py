@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from app.domain.pages import DuePosition, KeyPosition, encode_cursor
 from app.main import create_app
 from tests.conftest import START_MS
-from tests.helpers import at, poll, put
+from tests.support.helpers import at, poll, put
 
 
 def _raw_cursor(text: str) -> str:

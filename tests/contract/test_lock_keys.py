@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.conftest import START_MS
-from tests.helpers import at, history_rows, keys_of, poll, put, stored_rows
+from tests.support.helpers import at, history_rows, keys_of, poll, put, stored_rows
 
 LEASE = 30
 

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tests.helpers import keys_of, poll, put
-from tests.server import serving
+from tests.support.helpers import keys_of, poll, put
+from tests.support.server import serving
 
 # Generous bounds for "returned long before its wait ran out" on a loaded machine.
 WAIT = 20

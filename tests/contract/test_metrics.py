@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app import metrics as metrics_module
 from app.main import create_app
 from app.metrics import IDLE_QUEUE_SECONDS, OTHER_QUEUES, QUEUE_GAUGES_SECONDS
-from tests.helpers import poll, put
+from tests.support.helpers import poll, put
 
 
 def _samples(client) -> dict[tuple[str, frozenset], float]:

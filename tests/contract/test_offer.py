@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import START_MS
-from tests.helpers import at, poll, put, stored_rows
+from tests.support.helpers import at, poll, put, stored_rows
 
 
 def test_put_creates_then_updates_then_ignores(client):

@@ -13,7 +13,7 @@ from app.queue import service as service_module
 from app.queue.service import PAUSE_CACHE_SECONDS
 from tests.conftest import START_MS
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
-from tests.helpers import at, history_rows, keys_of, poll, put
+from tests.support.helpers import at, history_rows, keys_of, poll, put
 
 EMPTY_POLL = {"lock_id": None, "messages": []}
 

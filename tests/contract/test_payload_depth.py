@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, update
 
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.storage.tables import cron_entries, delayed_queue
-from tests.helpers import cron_rows, put, stored_rows
+from tests.support.helpers import cron_rows, put, stored_rows
 
 HEADERS = {"content-type": "application/json"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from tests.conftest import START_MS
-from tests.helpers import at, keys_of, poll, put
+from tests.support.helpers import at, keys_of, poll, put
 
 
 def test_poll_of_an_empty_queue(client):

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
-from tests.helpers import history_rows, keys_of, poll, put, stored_rows
+from tests.support.helpers import history_rows, keys_of, poll, put, stored_rows
 
 LEASE = 30
 

@@ -20,7 +20,7 @@ from app.main import create_app
 from app.storage import claims
 from app.storage.runner import Runner
 from tests.conftest import START_MS
-from tests.helpers import keys_of, poll, put, stored_rows
+from tests.support.helpers import keys_of, poll, put, stored_rows
 
 # Payloads of 30,002 bytes encoded ("x" * 30,000 as a JSON string): four fill the
 # bound exactly, and an answer of four is streamed (past 64 KiB).

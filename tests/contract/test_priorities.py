@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.main import create_app
 from tests.conftest import START_MS
-from tests.helpers import at, keys_of, poll, put, stored_rows
+from tests.support.helpers import at, keys_of, poll, put, stored_rows
 
 
 def _batch(client: TestClient, queue: str, items: list[dict], **fields) -> dict:

@@ -1,5 +1,5 @@
 """Push delivery (SPEC §12), on every database: the `push` setting and its 422s, and the
-dispatcher against a real HTTP endpoint on 127.0.0.1 (tests/push_endpoint.py): the body
+dispatcher against a real HTTP endpoint on 127.0.0.1 (tests/support/push_endpoint.py): the body
 and headers of each request, the signature, acknowledgement on 2xx, releases with the
 retry delay on anything else (the fake clock gives the due times exactly), dead letters,
 one queue's hanging endpoint not delaying another's, the answer's size limit, the bound
@@ -31,8 +31,8 @@ from app.main import create_app
 from app.push.dispatcher import LEASE_MARGIN_MS, RESPONSE_BODY_LIMIT
 from app.push.ports import PushResult
 from tests.conftest import FakeClock
-from tests.helpers import at, history_rows, poll, put, settings_rows, stored_rows
-from tests.push_endpoint import Answer, Endpoint, Received, refused_url, running_endpoint
+from tests.support.helpers import at, history_rows, poll, put, settings_rows, stored_rows
+from tests.support.push_endpoint import Answer, Endpoint, Received, refused_url, running_endpoint
 
 SECRETS = ("first-secret", "second-secret")
 README = Path(__file__).resolve().parents[2] / "README.md"

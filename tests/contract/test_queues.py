@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import START_MS
-from tests.helpers import at, poll, put, stored_rows
+from tests.support.helpers import at, poll, put, stored_rows
 
 EMPTY = {
     "messages": 0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import put, stored_rows
+from tests.support.helpers import put, stored_rows
 
 
 def _assert_problem(response, status: int) -> dict:

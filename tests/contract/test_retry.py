@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from app.domain.formats import parse_timestamp
 from app.main import create_app
 from tests.conftest import START_MS, FakeClock
-from tests.helpers import at, keys_of, poll, put, settings_rows
+from tests.support.helpers import at, keys_of, poll, put, settings_rows
 
 LEASE = 30
 

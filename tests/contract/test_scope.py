@@ -17,7 +17,7 @@ from app.domain.messages import Offer, QueueSettings
 from app.main import create_app
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS
-from tests.helpers import poll, put, settings_rows, stored_rows
+from tests.support.helpers import poll, put, settings_rows, stored_rows
 
 ADMIN, TEAM, ORDERS = "admin-token", "team-token", "orders-token"
 LEASE = 30

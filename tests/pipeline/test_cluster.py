@@ -35,8 +35,8 @@ from app.config import Settings
 from app.main import create_app
 from app.pipeline.spark import DEBIAN_JARS
 from tests.conftest import FakeClock, truncate_all
-from tests.helpers import poll, stored_rows
 from tests.pipeline.conftest import ROOT, bare_path, run_bare
+from tests.support.helpers import poll, stored_rows
 
 SPARK_HOME = Path(pyspark.__file__).parent
 ROWS = 2000

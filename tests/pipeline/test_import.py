@@ -15,7 +15,7 @@ from app.domain.messages import IfExists
 from app.pipeline.importer import ImportCounts, run_import
 from app.storage.tables import group_marks
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import _table_rows, stored_rows
+from tests.support.helpers import _table_rows, stored_rows
 
 GOOD = [
     ("reminders", "user-1", '{"text": "hi"}', "2026-11-27T09:00:00Z"),

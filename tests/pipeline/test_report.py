@@ -15,7 +15,7 @@ from app.main import create_app
 from app.pipeline import reports
 from app.pipeline.report import NO_HISTORY, forecast_chart, lateness_chart, run_report
 from tests.conftest import START_MS, FakeClock
-from tests.helpers import poll, put
+from tests.support.helpers import poll, put
 
 HOUR = dt.datetime.fromtimestamp(START_MS / 1000, dt.UTC).replace(tzinfo=None)  # 09:00 UTC
 

@@ -10,7 +10,13 @@ from app.pipeline.report import jdbc_source, read_table
 from app.storage.dialects import Bounds
 from app.storage.tables import delivery_history
 from tests.conftest import SERVERS
-from tests.sessions import BOUNDS_SQL, bounds_of, idle_bound_only, sessions_of_engines, within
+from tests.support.sessions import (
+    BOUNDS_SQL,
+    bounds_of,
+    idle_bound_only,
+    sessions_of_engines,
+    within,
+)
 
 # Bounds other than the defaults, so that a session that shows them took the settings'.
 BOUNDS = Bounds(lock_wait=2.0, statement=3.0)

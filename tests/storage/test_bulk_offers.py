@@ -10,7 +10,7 @@ from app.domain.messages import IfExists, Offer
 from app.storage import messages
 from app.storage.store import Storage
 from tests.conftest import START_MS
-from tests.helpers import stored_rows
+from tests.support.helpers import stored_rows
 
 # Stored values to compare; the id and the queue differ by construction.
 _COMPARED = ("pKey", "payload", "scheduledAt", "scheduledAtInitially", "createdAt", "priority")

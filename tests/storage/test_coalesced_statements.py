@@ -22,7 +22,7 @@ from app.domain.messages import IfExists, Offer, OfferOutcome, Outcome
 from app.storage.blocking import BlockingStorage
 from app.storage.store import Storage
 from tests.conftest import START_MS, Database, truncate_all
-from tests.helpers import history_rows, stored_rows
+from tests.support.helpers import history_rows, stored_rows
 
 QUEUE = "coalesced"
 OTHER = "coalesced-other"

@@ -18,7 +18,7 @@ from app.storage.cron_entries import _runs_of
 from app.storage.schema import upgrade_to_head
 from app.storage.tables import delayed_queue
 from tests.conftest import START_MS, scratch_database
-from tests.helpers import fill_queue, history_rows, plan_of
+from tests.support.helpers import fill_queue, history_rows, plan_of
 
 QUEUE = "reports"
 HOUR = 3_600_000

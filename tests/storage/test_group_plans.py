@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import text
 
 from app.storage.tables import GROUP_DUE_INDEX, GROUP_INDEX, POLL_INDEX
-from tests.helpers import fill_queue
 from tests.storage.test_poll_plans import (
     NOW,
     _analysed,
@@ -23,6 +22,7 @@ from tests.storage.test_poll_plans import (
     _parameters,
     not_read_and_thrown_away,
 )
+from tests.support.helpers import fill_queue
 
 QUEUE = "orders"
 GROUPS = 200

@@ -13,7 +13,7 @@ import uuid
 from app.domain.messages import QueueSettings
 from app.storage.tables import LEASED_INDEX, LOCK_INDEX
 from tests.conftest import START_MS
-from tests.helpers import fill_queue, plan_of
+from tests.support.helpers import fill_queue, plan_of
 
 QUEUE = "limited"
 

@@ -15,7 +15,7 @@ from app.domain.messages import Finish
 from app.domain.pages import DuePosition, HistoryPosition, KeyPosition, ListState
 from app.storage.tables import delivery_history
 from tests.conftest import START_MS
-from tests.helpers import fill_queue, plan_of
+from tests.support.helpers import fill_queue, plan_of
 
 QUEUE = "orders"
 ROWS = 20_000

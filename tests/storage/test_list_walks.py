@@ -13,7 +13,7 @@ from collections.abc import Callable
 from app.domain.messages import Offer
 from app.domain.pages import DuePosition
 from tests.conftest import START_MS
-from tests.helpers import stored_rows
+from tests.support.helpers import stored_rows
 
 QUEUE = "q"
 PAGE = 25

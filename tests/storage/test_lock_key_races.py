@@ -18,8 +18,8 @@ from app.domain.messages import Offer
 from app.storage.blocking import create_blocking_storage
 from app.storage.store import Storage
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import INNODB_VIEWS_EVERY_SECONDS, history_rows, stored_rows, wait_until
-from tests.locking import database_name
+from tests.support.helpers import INNODB_VIEWS_EVERY_SECONDS, history_rows, stored_rows, wait_until
+from tests.support.locking import database_name
 
 pytestmark = pytest.mark.server_databases
 

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.storage.blocking import create_blocking_storage
 from app.storage.tables import POLL_INDEX
 from tests.conftest import START_MS, truncate_all
-from tests.helpers import fill_queue
+from tests.support.helpers import fill_queue
 
 QUEUE = "orders"
 FUTURE = 20_000

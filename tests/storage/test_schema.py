@@ -15,7 +15,7 @@ from app.config import Settings
 from app.main import create_app
 from app.storage.schema import alembic_config
 from tests.conftest import SERVERS, FakeClock, scratch_database
-from tests.helpers import put
+from tests.support.helpers import put
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from app.storage.engine import create_unpooled_engine
 from app.storage.schema import upgrade_to_head
 from app.storage.startup import DatabaseUrl, check_database
 from tests.conftest import SERVERS
-from tests.sessions import (
+from tests.support.sessions import (
     BOUNDS_SQL,
     bounds_of,
     expected,

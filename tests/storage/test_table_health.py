@@ -25,7 +25,7 @@ from app.main import create_app
 from app.metrics import QUEUE_GAUGES_SECONDS
 from app.storage.blocking import BlockingStorage, create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
-from tests.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
+from tests.support.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
 
 pytestmark = pytest.mark.server_databases
 

@@ -15,7 +15,7 @@ import pytest
 
 from hourglass_client import AsyncClient, Client
 from tests.conftest import DATABASES, scratch_database
-from tests.server import Server, running_server
+from tests.support.server import Server, running_server
 
 # The client speaks HTTP only: SQLite and PostgreSQL, the embedded default and the
 # production server, stand for the databases behind it.
