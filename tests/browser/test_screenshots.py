@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.domain.formats import format_timestamp
 from tests.browser.conftest import VIEWPORT
 from tests.browser.pages import Console, Service, message_path
 from tests.conftest import truncate_all
@@ -161,11 +162,12 @@ def _seed_expiry(service: Service) -> None:
     alert("autumn-clearance", 815, ttl=3600)
     sent = service.poll("sale-alerts", lease=60)
     assert service.api.delete(f"/v1/queues/sale-alerts/locks/{sent['lock_id']}").is_success
+    # Three that were due two seconds ago and expired one second later: a waiting poll that
+    # finds only them sweeps them to the dead letters itself, and then finds nothing.
+    asked = format_timestamp(int(time.time() * 1000) - 2000)
     for user in (4711, 5120, 3321):
-        alert("autumn-clearance", user, ttl=0.5)
-    deadline = time.monotonic() + 15
-    while service.stats("sale-alerts.dead")["messages"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
+        alert("autumn-clearance", user, scheduled_at=asked, ttl=1)
+    assert service.poll("sale-alerts", wait=1)["messages"] == []
     assert service.stats("sale-alerts.dead")["messages"] == 3
 
     alert("black-friday", 5120, ttl=900)

@@ -121,6 +121,26 @@ def _work(server: Server, done: Counter, lock: threading.Lock, out: list[Deliver
                 )
 
 
+def _assert_each_acknowledged_once(url: str) -> None:
+    """The queue is empty and its history holds one acknowledgement of each message."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            history = connection.execute(
+                select(delivery_history.c.key, delivery_history.c.outcome).where(
+                    delivery_history.c.queue == QUEUE
+                )
+            ).all()
+            left = connection.execute(
+                select(func.count()).where(delayed_queue.c.pKind == QUEUE)
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert left == 0
+    assert Counter(outcome for _, outcome in history) == {"acknowledged": MESSAGES}
+    assert len({key for key, _ in history}) == MESSAGES
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_eight_workers_on_two_replicas_keep_each_group_s_bound_and_order(
     replicas, server_url, concurrency
@@ -153,22 +173,7 @@ def test_eight_workers_on_two_replicas_keep_each_group_s_bound_and_order(
 
     # Every message delivered once, and acknowledged once (the history says so too).
     assert sorted(each.key for each in delivered) == sorted(positions)
-    engine = create_engine(server_url)
-    try:
-        with engine.connect() as connection:
-            history = connection.execute(
-                select(delivery_history.c.key, delivery_history.c.outcome).where(
-                    delivery_history.c.queue == QUEUE
-                )
-            ).all()
-            left = connection.execute(
-                select(func.count()).where(delayed_queue.c.pKind == QUEUE)
-            ).scalar()
-    finally:
-        engine.dispose()
-    assert left == 0
-    assert Counter(outcome for _, outcome in history) == {"acknowledged": MESSAGES}
-    assert len({key for key, _ in history}) == MESSAGES
+    _assert_each_acknowledged_once(server_url)
 
     # Never more than `concurrency` of one group leased at once: in the database ...
     assert worst, "the sampler saw nothing leased"
@@ -272,16 +277,6 @@ def test_releases_and_regroups_during_the_drain_never_lease_two_of_a_group(repli
 
     assert acknowledged == set(positions)
     assert moved[200] > 0, moved  # some messages did change group during the drain
-    engine = create_engine(server_url)
-    try:
-        with engine.connect() as connection:
-            history = connection.execute(
-                select(delivery_history.c.key, delivery_history.c.outcome).where(
-                    delivery_history.c.queue == QUEUE
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    assert Counter(outcome for _, outcome in history) == {"acknowledged": MESSAGES}
+    _assert_each_acknowledged_once(server_url)
     assert worst, "the sampler saw nothing leased"
     assert max(worst.values()) <= 1, worst
