@@ -1,4 +1,4 @@
-"""Message groups (docs/flow-control.md, docs/decisions/0027-message-groups.md): what groups
+"""Message groups (docs/guide/flow-control.md, docs/decisions/0027-message-groups.md): what groups
 cost a poll and a drain, through `hourglass serve` on PostgreSQL.
 
     python -m bench.groups                  # ~10 minutes: the two ratios

@@ -80,7 +80,7 @@ MAX_LOCK_KEYS = MAX_POLL
 # Retry delays grow by at most this factor per delivery.
 MAX_RETRY_MULTIPLIER = 100
 MAX_DELIVERIES_LIMIT = 1000
-# A queue's rate (docs/flow-control.md): deliveries per window, and the window's length.
+# A queue's rate (docs/guide/flow-control.md): deliveries per window, and the window's length.
 MAX_RATE_LIMIT = 100_000
 MAX_RATE_PERIOD_SECONDS = 24 * 3600
 
@@ -567,7 +567,7 @@ class PushResponse(BaseModel):
 
 class RateSettings(_Request):
     """A queue's rate: in any window of `period` seconds, at most `limit` deliveries begin,
-    across every replica and process (docs/flow-control.md)."""
+    across every replica and process (docs/guide/flow-control.md)."""
 
     limit: RateLimit = Field(description="Deliveries begun per window, at most")
     period: Number = Field(

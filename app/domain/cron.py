@@ -36,7 +36,7 @@ class CronEntry:
     priority: int = 0
     # Since when the entry has been paused (epoch ms; None: it runs).
     paused_at: int | None = None
-    # The group of every run, if any (docs/flow-control.md).
+    # The group of every run, if any (docs/guide/flow-control.md).
     group: str | None = None
     # Every run expires this long after it is due (ms; None: never), and never by one time
     # for all (docs/decisions/0028-expiry.md).

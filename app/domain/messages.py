@@ -27,7 +27,7 @@ MAX_PRIORITY = 9
 # Every priority, highest first: the order in which a poll reads them.
 PRIORITIES = tuple(range(MAX_PRIORITY, DEFAULT_PRIORITY - 1, -1))
 # How many of one group a queue leases at once unless its settings say otherwise, and
-# the most it may say (docs/flow-control.md).
+# the most it may say (docs/guide/flow-control.md).
 DEFAULT_GROUP_CONCURRENCY = 1
 MAX_GROUP_CONCURRENCY = 1000
 # The longest delay, ttl or retry delay (seconds): far enough for any reminder, near
@@ -136,7 +136,7 @@ class Claim:
     exhausted: int = 0
     # The delivered rows as they were, to give them back when nobody receives them.
     before: tuple[Claimed, ...] = ()
-    # A queue limit that cut this look short (docs/flow-control.md), or None: it took all
+    # A queue limit that cut this look short (docs/guide/flow-control.md), or None: it took all
     # the room the limit left, less than it asked for (possibly nothing).
     held_back_by: Limit | None = None
     # When that limit next has room by time alone (epoch ms: a lease running out, the rate's
@@ -328,7 +328,7 @@ class PushTarget:
 
 
 class Limit(StrEnum):
-    """The queue limits that bound how much a queue delivers (docs/flow-control.md)."""
+    """The queue limits that bound how much a queue delivers (docs/guide/flow-control.md)."""
 
     MAX_LEASED = "max_leased"
     RATE = "rate"

@@ -91,7 +91,7 @@ def check_row(
 ) -> Checked:
     """`payload` is JSON text; `scheduled_at` RFC 3339 with a zone, or None for now;
     `priority` a whole number 0-9 as text, or None for the default; `group` a key's
-    text (docs/flow-control.md), or None (or empty, as an empty CSV field) for none;
+    text (docs/guide/flow-control.md), or None (or empty, as an empty CSV field) for none;
     the expiry `expires_at`, RFC 3339 with a zone, or `ttl`, seconds after the row is
     due as a number's text, not both, or neither (None or empty) for none."""
     if not queue:

@@ -78,7 +78,7 @@ SETTINGS_CACHE_SECONDS = 5.0
 _SETTINGS_CACHE_SIZE = 10_000
 # Whether a queue is paused is read at most this often per process: a pause or resume
 # made through another replica applies here within this long, and a poll waiting on a
-# paused queue looks again this often (docs/flow-control.md: within a second, with room to spare).
+# paused queue looks again this often (docs/guide/flow-control.md: within a second, with room to spare).
 PAUSE_CACHE_SECONDS = 0.25
 # A poll of a paused queue that was woken (an offer, or on PostgreSQL a resume through
 # another replica) trusts a read of the pause at most this old.
@@ -352,7 +352,7 @@ class QueueService:
                 if look.held_back_by is not None:
                     # Due messages wait for room: a lease ending (acknowledged, released or
                     # run out) or the rate's window moving on. Wake for the first; look
-                    # again at the second's time (docs/flow-control.md).
+                    # again at the second's time (docs/guide/flow-control.md).
                     if look.room_at is not None:
                         until_room = (look.room_at - self.clock.now_ms()) / 1000
                         timeout = min(timeout, max(until_room, _ROOM_RECHECK_SECONDS))
@@ -450,7 +450,7 @@ class QueueService:
 
         In a queue with `max_leased`, a lease that has run out (no poll has retaken its
         messages yet) is made leased again only while the limit has room for it, else
-        LockNotFound, as for a lock another poll took over (docs/flow-control.md)."""
+        LockNotFound, as for a lock another poll took over (docs/guide/flow-control.md)."""
         lease_ms = round(lease_seconds * 1000)
         if (await self.settings(queue)).max_leased is None:
             until = self.clock.now_ms() + lease_ms

@@ -1,4 +1,4 @@
-"""Pause and resume (docs/flow-control.md): which queues and cron entries are paused, and since when.
+"""Pause and resume (docs/guide/flow-control.md): which queues and cron entries are paused, and since when.
 
 `queue_pauses` holds a row per paused queue (any name: queues exist implicitly, and a
 queue's settings are a separate matter, replaced whole by a PUT that knows nothing of

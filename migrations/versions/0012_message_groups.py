@@ -1,4 +1,4 @@
-"""Message groups (docs/flow-control.md): a message's group, the keeper's rows and marks,
+"""Message groups (docs/guide/flow-control.md): a message's group, the keeper's rows and marks,
 the triggers that mark a group when a message leaves or comes back to its front, the
 queue setting `groupConcurrency`, and a cron entry's group.
 

@@ -1,4 +1,4 @@
-"""Concurrency and rate limits (docs/flow-control.md): a queue's `max_leased` and `rate`.
+"""Concurrency and rate limits (docs/guide/flow-control.md): a queue's `max_leased` and `rate`.
 
 - queue_settings gains `maxLeased` (messages leased at once at most), `rateLimit` and
   `ratePeriodMs` (deliveries begun in any window of that many milliseconds at most, both

@@ -1,4 +1,4 @@
-"""Expiry (docs/flow-control.md#expiry): a message's `expires_at`.
+"""Expiry (docs/guide/flow-control.md#expiry): a message's `expires_at`.
 
 - delayed_queue gains `expiresAt` (epoch ms after which the message is never delivered
   again; null: never) and `expiredAt` (on a dead letter that expired, when it did: the

@@ -1,7 +1,7 @@
 """Screenshots of the console as a person sees it, at 1280×800: the queues, a queue, a
 message, a paused queue, a queue's messages of one group and a queue whose messages
 expire, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README and
-docs/flow-control.md show those in docs/console/), else to a temporary folder."""
+docs/guide/flow-control.md show those in docs/console/), else to a temporary folder."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_screenshots_of_the_queues_a_queue_and_a_message(console: Console, scree
 
 
 def _seed_groups(service: Service) -> None:
-    """Reminders one at a time per customer (docs/flow-control.md): each customer's
+    """Reminders one at a time per customer (docs/guide/flow-control.md): each customer's
     earliest is leased, the next is due but waits its turn, the last is due later."""
     service.configure("reminders", default_lease=120, group_concurrency=1)
     for customer, templates in (
@@ -149,7 +149,7 @@ def test_screenshot_of_a_queue_filtered_by_group(console: Console, screenshots: 
 
 
 def _seed_expiry(service: Service) -> None:
-    """Sale alerts, each useless once its sale ends (docs/flow-control.md#expiry): the
+    """Sale alerts, each useless once its sale ends (docs/guide/flow-control.md#expiry): the
     autumn clearance's ended (one alert acknowledged in time, the others expired to the
     dead letters), Black Friday's run for 15 more minutes (one leased), Cyber Monday's
     are due later, and the weekly digest never expires."""

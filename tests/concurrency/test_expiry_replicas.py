@@ -1,4 +1,4 @@
-"""Expiry under real concurrency (docs/flow-control.md#expiry): two `hourglass serve`
+"""Expiry under real concurrency (docs/guide/flow-control.md#expiry): two `hourglass serve`
 replicas, both sweeping, on PostgreSQL and on MariaDB. With nobody polling, 1,000 messages
 of staggered expiry each leave their queue within a second of it, exactly once: half to
 their queue's dead-letter queue (shown expired), half removed, each with one history row

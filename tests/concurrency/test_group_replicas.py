@@ -1,4 +1,4 @@
-"""Message groups under real concurrency (docs/flow-control.md): eight workers on two
+"""Message groups under real concurrency (docs/guide/flow-control.md): eight workers on two
 `hourglass serve` replicas drain 2,000 messages in 50 groups, on PostgreSQL and on MariaDB.
 With group_concurrency N, never more than N of one group are leased at once (seen both in
 the database, sampled all along, and in the workers' answers), every message is

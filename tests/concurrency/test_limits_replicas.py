@@ -1,4 +1,4 @@
-"""A queue's `max_leased` and `rate` hold across replicas (docs/flow-control.md): two real
+"""A queue's `max_leased` and `rate` hold across replicas (docs/guide/flow-control.md): two real
 `hourglass serve` processes on PostgreSQL and on MariaDB, many pollers on each.
 
 `max_leased` is checked from the database, sampled while the pollers run: the messages

@@ -189,7 +189,7 @@ def test_a_release_through_one_replica_wakes_a_poll_on_the_other(postgresql_url)
 def test_an_acknowledgement_through_one_replica_wakes_a_poll_held_back_by_max_leased_on_the_other(
     postgresql_url,
 ):
-    # docs/flow-control.md: a long poll that max_leased holds back waits for room, and an
+    # docs/guide/flow-control.md: a long poll that max_leased holds back waits for room, and an
     # acknowledgement through any replica frees it at once (not at the re-check).
     truncate_all(postgresql_url)
     with two_replicas(postgresql_url, poll_recheck_seconds=NO_RECHECK) as (first, second, pool):

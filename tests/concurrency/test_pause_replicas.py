@@ -1,4 +1,4 @@
-"""A pause made through one replica holds on another within a second (docs/flow-control.md): two real
+"""A pause made through one replica holds on another within a second (docs/guide/flow-control.md): two real
 `hourglass serve` processes on PostgreSQL and on MariaDB. Through B, polls and push deliver
 nothing from a second after a pause through A on, and a long poll waiting on B wakes
 within a second of a resume through A.
@@ -22,7 +22,7 @@ from tests.support.server import Server, running_server
 pytestmark = pytest.mark.server_databases
 
 QUEUE = "paused"
-# docs/flow-control.md: every replica obeys a pause or a resume within a second.
+# docs/guide/flow-control.md: every replica obeys a pause or a resume within a second.
 WITHIN = 1.0
 # How long past that second B is watched delivering nothing.
 WATCHED = 1.0

@@ -1,4 +1,4 @@
-"""Expiry (docs/flow-control.md#expiry), on every database: `expires_at` or `ttl` on every
+"""Expiry (docs/guide/flow-control.md#expiry), on every database: `expires_at` or `ttl` on every
 way in, never delivered once past it (before any sweep), swept to the dead-letter queue
 (`"expired": true`) when the queue has one, else removed, recorded as `expired` either
 way, leased or not; a dead letter does not expire. Sweeps are run by hand here, the fake

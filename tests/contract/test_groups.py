@@ -1,4 +1,4 @@
-"""Message groups (docs/flow-control.md), on every database: at most `group_concurrency` of
+"""Message groups (docs/guide/flow-control.md), on every database: at most `group_concurrency` of
 one group leased at once, in due order within a group, priority only across groups, a
 group never holding back another group or the ungrouped messages. Many workers on two
 replicas: tests/concurrency/test_group_replicas.py."""

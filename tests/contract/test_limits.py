@@ -1,4 +1,4 @@
-"""A queue's `max_leased` and `rate` (docs/flow-control.md), on every database: the settings
+"""A queue's `max_leased` and `rate` (docs/guide/flow-control.md), on every database: the settings
 and their 422s, polls that take what the limits leave, long polls that wait for room and
 wake when it frees (an acknowledgement, a release, a lease running out, the rate's window
 moving on) without looking in between, push held to `max_leased`, and the held-back

@@ -1,4 +1,4 @@
-"""Pausing and resuming a queue or a cron entry (docs/flow-control.md), on every database: a paused
+"""Pausing and resuming a queue or a cron entry (docs/guide/flow-control.md), on every database: a paused
 queue delivers nothing and takes everything else; a paused cron entry installs nothing.
 Two replicas and push: tests/concurrency/test_pause_replicas.py."""
 

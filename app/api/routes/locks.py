@@ -100,7 +100,7 @@ async def acknowledge_keys(
     summary="Extend the lease of what the lock holds",
     description="A lease that has run out still belongs to its lock until a poll takes its "
     "messages again, and an extend makes it leased again; in a queue with `max_leased`, only "
-    "while the limit has room for it, else `404` and nothing changes (docs/flow-control.md).",
+    "while the limit has room for it, else `404` and nothing changes (docs/guide/flow-control.md).",
     responses=problem_responses(404, 413, 422, 503),
 )
 async def extend(queue: QueueName, lock_id: str, body: ExtendRequest, request: Request) -> Response:

@@ -177,7 +177,7 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
     "within 5 seconds. A `push` url must match a prefix of the service's "
     "HOURGLASS_PUSH_ALLOWED, else `422` (always `422` when that is unset). `max_leased` and "
     "`rate` hold across every replica and process on every database the service runs on "
-    "(docs/flow-control.md). A token limited to some queues gets `403` when the queue dead letters "
+    "(docs/guide/flow-control.md). A token limited to some queues gets `403` when the queue dead letters "
     "would go to (named, or the default `{queue}.dead`) is outside them.",
     responses=problem_responses(403, 422, 503),
 )

@@ -214,7 +214,7 @@ def test_two_polls_of_half_the_slots_fill_them_by_default(hourglass, queue, capl
 def test_a_worker_takes_one_message_of_a_group_at_a_time_in_due_order(
     hourglass, queue, concurrency
 ):
-    """Groups (docs/flow-control.md): with one slot, each acknowledgement rides on the
+    """Groups (docs/guide/flow-control.md): with one slot, each acknowledgement rides on the
     next poll, which finds the group's next message once the service has moved it up
     (a long poll is woken for it, not left to its `wait`); with four, the customers'
     reminders run side by side but never two of one customer at once."""

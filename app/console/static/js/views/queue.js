@@ -188,7 +188,7 @@ function messagesSection(context, refreshCounts, sawDeadLetters) {
     spellcheck: false,
     "aria-label": "Key prefix",
   });
-  // One group's messages only (docs/flow-control.md); empty: every message.
+  // One group's messages only (docs/guide/flow-control.md); empty: every message.
   const groupSearch = h("input", {
     type: "search",
     name: "group",
@@ -403,7 +403,7 @@ function settingsSection(context, initial, saved) {
   const lease = h("input", { type: "number", name: "default_lease", min: 1, max: 43200, step: "any", required: true });
   const deliveries = h("input", { type: "number", name: "max_deliveries", min: 1, max: 1000, step: 1, placeholder: "no limit" });
   const deadLetterQueue = h("input", { type: "text", name: "dead_letter_queue", placeholder: `${queue}.dead`, spellcheck: false });
-  // Groups (docs/flow-control.md): empty takes the API's default, 1.
+  // Groups (docs/guide/flow-control.md): empty takes the API's default, 1.
   const groupConcurrency = h("input", { type: "number", name: "group_concurrency", min: 1, max: 1000, step: 1, placeholder: "1" });
   // The retry delays: both delays empty means no policy (a release without a delay is due at once).
   const initialDelay = h("input", { type: "number", name: "retry_initial_delay", min: 0.001, step: "any", placeholder: "none" });
@@ -414,7 +414,7 @@ function settingsSection(context, initial, saved) {
   const pushUrl = h("input", { type: "url", name: "push_url", placeholder: "none: workers poll", spellcheck: false });
   const pushTimeout = h("input", { type: "number", name: "push_timeout", min: 0.001, max: 300, step: "any", placeholder: "10" });
   const pushConcurrency = h("input", { type: "number", name: "push_concurrency", min: 1, max: 100, step: 1, placeholder: "4" });
-  // The limits (docs/flow-control.md): empty means no bound; the rate needs both of its fields.
+  // The limits (docs/guide/flow-control.md): empty means no bound; the rate needs both of its fields.
   const maxLeased = h("input", { type: "number", name: "max_leased", min: 1, max: 100000, step: 1, placeholder: "no limit" });
   const rateLimit = h("input", { type: "number", name: "rate_limit", min: 1, max: 100000, step: 1, placeholder: "no limit" });
   const ratePeriod = h("input", { type: "number", name: "rate_period", min: 0.001, max: 86400, step: "any", placeholder: "1" });
