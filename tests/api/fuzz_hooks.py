@@ -31,7 +31,7 @@ SHORTEST_WAIT = 0.05
 
 # operation -> the refusals a schema-valid request may get: (status, problem type, words).
 FORESEEN: dict[str, list[tuple[int, str, str]]] = {
-    # `confirm` must repeat the path's queue name (SPEC §3: 400).
+    # `confirm` must repeat the path's queue name, else 400 (no schema can say it: decision 15).
     "DELETE /v1/queues/{queue}": [(400, "purge-not-confirmed", "")],
     "PUT /v1/queues/{queue}/settings": [
         # `dead_letter_queue` must differ from the path's queue.

@@ -1,7 +1,7 @@
-"""The console (SPEC §9) in headless Chromium against a real `hourglass serve`, on SQLite
-and PostgreSQL: what it shows equals what the API says, its actions ask first and do
-what they say, keys and payloads stay text, tokens and their queues hold, and a database
-that goes away is shown, then forgotten once it is back."""
+"""The web console (docs/guide/console.md) in headless Chromium against a real
+`hourglass serve`, on SQLite and PostgreSQL: what it shows equals what the API says, its
+actions ask first and do what they say, keys and payloads stay text, tokens and their
+queues hold, and a database that goes away is shown, then forgotten once it is back."""
 
 from __future__ import annotations
 

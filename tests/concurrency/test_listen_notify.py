@@ -1,5 +1,5 @@
 """Two replicas on one PostgreSQL database: a long poll on one wakes for what is offered or
-released through the other, by LISTEN/NOTIFY (SPEC §14, decision 19), and falls back on
+released through the other, by LISTEN/NOTIFY (decision 19), and falls back on
 re-checks while its listener is away."""
 
 from __future__ import annotations

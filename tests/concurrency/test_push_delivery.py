@@ -1,4 +1,4 @@
-"""Push delivery end to end (SPEC §12, issue 18): real `hourglass serve` processes on
+"""Push delivery end to end (decision 16): real `hourglass serve` processes on
 PostgreSQL pushing to the tests' receiver (tests/support/push_receiver.py) through 500s and
 timeouts, a kill -9 and two replicas: every message acknowledged once, none lost, a key
 sent again only after its earlier attempt failed or its sender died, never in flight twice.
@@ -188,8 +188,9 @@ def _failed(receipt: Receipt) -> bool:
 
 
 def _check_requests(receipts: Sequence[Receipt]) -> None:
-    """Every request as §12 says: a POST to the target, signed with both secrets, its
-    headers naming its message; and never two of one key in flight at once."""
+    """Every request as push delivery promises (docs/guide/push.md): a POST to the target,
+    signed with both secrets, its headers naming its message; and never two of one key in
+    flight at once."""
     wrong = [
         receipt
         for receipt in receipts
@@ -200,7 +201,7 @@ def _check_requests(receipts: Sequence[Receipt]) -> None:
         or not receipt.lock
         or receipt.headers.get("content-type") != "application/json"
     ]
-    assert not wrong, f"{len(wrong)} requests not as §12 says, e.g. {wrong[0]}"
+    assert not wrong, f"{len(wrong)} requests not as push delivery promises, e.g. {wrong[0]}"
     overlapped = [receipt for receipt in receipts if receipt.overlapped]
     assert not overlapped, (
         f"{len(overlapped)} requests arrived while another of their key was in flight, "

@@ -216,7 +216,7 @@ def test_numbers_json_does_not_have_are_422(client, database, number):
     assert stored_rows(database.url) == []
 
 
-# -- previews near the end of time (issue 14) ------------------------------------------
+# -- previews near the end of time (decision 6) ----------------------------------------
 
 
 def test_a_preview_near_year_9999_shows_the_runs_left(client):
@@ -260,7 +260,7 @@ def test_a_preview_from_any_instant_the_api_takes_is_200(client, schedule):
         assert all(parse_timestamp(after) < run <= LATEST_RUN_MS for run in runs)
 
 
-# -- what an entry stores (issue 14) ------------------------------------------------
+# -- what an entry stores (decision 6) ----------------------------------------------
 
 
 def _payload_of(size: int) -> str:

@@ -1,4 +1,4 @@
-"""Lists of a queue's messages and of its history (SPEC §8), on every database."""
+"""Lists of a queue's messages and of its history (decision 13), on every database."""
 
 from __future__ import annotations
 

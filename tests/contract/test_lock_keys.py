@@ -1,4 +1,4 @@
-"""Acknowledging and releasing some of a lock's messages by key (SPEC §10), on every
+"""Acknowledging and releasing some of a lock's messages by key (decision 14), on every
 database: what the lock still holds goes, anything else is `missing` and unchanged."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from app.metrics import IDLE_QUEUE_SECONDS
 from app.queue.service import SETTINGS_CACHE_SECONDS
 from tests.conftest import FakeClock
 
-# The issue saw 40,000 such polls add 12.5 MB to /metrics. The cost of a made-up
+# 40,000 such polls used to add 12.5 MB to /metrics. The cost of a made-up
 # name is now nothing, whatever their number; this many keep the test to seconds on
 # each database (a poll costs 1-2 ms here), and bench/made_up_queue_names.py drives
 # 40,000 against a real server.

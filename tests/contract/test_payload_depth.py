@@ -1,5 +1,5 @@
 """Payload nesting: at most MAX_PAYLOAD_DEPTH levels on every way in over HTTP, and every
-stored payload readable however deep (issue 14, point 3)."""
+stored payload readable however deep."""
 
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ def test_a_payload_at_the_limit_is_taken_and_reads_back(client, way_in):
 def test_a_payload_past_the_limit_is_422_and_nothing_is_written(client, clean_database, way_in):
     put(client, "q", "k", "before")  # what an update must leave alone
     before = stored_rows(clean_database.url)
-    # One level past the limit; the issue's case (254 levels of objects around a
-    # number: 201, then every read 500); deeper than pydantic validates (255); and
-    # deeper than the body's JSON parser goes (~990 levels).
+    # One level past the limit; the case found before there was one (254 levels of
+    # objects around a number: 201, then every read 500); deeper than pydantic validates
+    # (255); and deeper than the body's JSON parser goes (~990 levels).
     for depth, shape in [
         (MAX_PAYLOAD_DEPTH + 1, "arrays"),
         (MAX_PAYLOAD_DEPTH + 1, "objects"),

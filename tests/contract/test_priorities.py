@@ -1,4 +1,4 @@
-"""Priorities (SPEC §13, issue 20), on every database, with a fake clock: among due
+"""Priorities (decision 17), on every database, with a fake clock: among due
 messages a poll takes the highest priority first, then the earliest due, then the
 first offered; every way in takes a priority; a changed priority is an update."""
 

@@ -1,4 +1,4 @@
-"""Push delivery (SPEC §12), on every database: the `push` setting and its 422s, and the
+"""Push delivery (decision 16), on every database: the `push` setting and its 422s, and the
 dispatcher against a real HTTP endpoint on 127.0.0.1 (tests/support/push_endpoint.py): the body
 and headers of each request, the signature, acknowledgement on 2xx, releases with the
 retry delay on anything else (the fake clock gives the due times exactly), dead letters,

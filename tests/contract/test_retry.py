@@ -1,4 +1,4 @@
-"""A queue's `retry` setting (SPEC §10), on every database: a release without a delay makes
+"""A queue's `retry` setting (decision 14), on every database: a release without a delay makes
 each message due after its own delay, growing with its deliveries, capped, spread by
 jitter drawn from a random source the tests fix."""
 
@@ -107,7 +107,7 @@ def test_a_middle_draw_is_the_delay_itself(client, clock, chance):
 
 
 def test_a_cap_under_the_first_delay_caps_every_delay(client, clock):
-    """`min(max_delay, …)` (SPEC §10) from the first delivery on: taken, not refused."""
+    """`min(max_delay, …)` (decision 14) from the first delivery on: taken, not refused."""
     body = configure(client, retry={"initial_delay": 10, "max_delay": 5})
     assert body["retry"]["initial_delay"] == 10.0 and body["retry"]["max_delay"] == 5.0
     put(client, "q", "k", 1)

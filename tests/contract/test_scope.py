@@ -78,7 +78,7 @@ def count(caller: Caller, queue: str) -> int:
 
 @pytest.fixture
 def triage(admin, team, clock) -> None:
-    """The issue's setting: `billing`'s dead letters routed to `team-triage`, where the
+    """Decision 10's setting: `billing`'s dead letters routed to `team-triage`, where the
     `team-*` token can read and write them, and a team queue's there too."""
     configure(admin, "billing", max_deliveries=1, dead_letter_queue="team-triage")
     configure(team, "team-a", max_deliveries=1, dead_letter_queue="team-triage")

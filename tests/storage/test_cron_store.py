@@ -178,7 +178,7 @@ def test_installing_runs_twice_creates_each_once(store):
     assert _install(store, entry, runs) == 0
 
 
-# -- bounds (issue 14) ---------------------------------------------------------------
+# -- bounds (decision 6) -------------------------------------------------------------
 
 MINUTE = 60_000
 

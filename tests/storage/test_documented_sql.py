@@ -1,4 +1,4 @@
-"""The statements PostgreSQL executes are the documented ones (SPEC §2).
+"""The statements PostgreSQL executes are the documented ones (decision 3).
 
 A statement-level trigger records `current_query()`, the text PostgreSQL
 received, for every statement that writes to the message table.

@@ -1,5 +1,5 @@
 """Each page of a list is read from the index that leads to it, whatever the queue's size
-(SPEC §8, decision 13): the database's plan of every list statement, on a queue of
+(decision 13): the database's plan of every list statement, on a queue of
 20,000 messages and as many history rows, analysed (as PostgreSQL's autovacuum
 does after 2% of a queue table changed: revision 0002). bench/lists.py measures
 the same pages on 1,000,000 rows."""

@@ -1,5 +1,5 @@
-"""The paging promise of SPEC §8 under real concurrency, on every database: a walk
-through a queue by due time while other threads poll and offer lists no message
+"""The paging promise of lists (decision 13) under real concurrency, on every database:
+a walk through a queue by due time while other threads poll and offer lists no message
 twice, and skips none that stayed in place."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A poll reads only due rows, whatever the future messages of higher priorities (SPEC
-§13, decision 17): the database's plan of the claim, and what it read, on a queue of
+"""A poll reads only due rows, whatever the future messages of higher priorities
+(decision 17): the database's plan of the claim, and what it read, on a queue of
 20,000 future messages spread over all ten priorities, with due ones of priority 0 and
 3 among them, analysed. bench/priorities.py measures the same on 1,000,000.
 

@@ -66,7 +66,7 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
     assert columns == seed | added_by_revisions
     assert indexes >= {
         (("pKey", "pKind"), True),
-        # The seed's ("pKind", "scheduledAt"), with the id after it (revision 0006: lists).
+        # Revision 0001's ("pKind", "scheduledAt"), with the id after it (revision 0006: lists).
         (("pKind", "scheduledAt", "id"), False),
         (("pKind", "pKey"), False),  # lists by key prefix (revision 0006)
         (("lockUuid", "id"), False),

@@ -13,7 +13,7 @@ from app.domain.cron import kept_run_count, runs_to_install
     [
         (1, MAX_RUNS_PER_ENTRY),
         (20_000, MAX_RUNS_PER_ENTRY),
-        (128 * 1024, 32),  # 4 MiB: the issue's `every: 1` entry keeps 32 runs, not ~1,060
+        (128 * 1024, 32),  # 4 MiB: an `every: 1` entry of 128 KiB keeps 32 runs, not ~1,060
         (256 * 1024, 16),
         (MAX_RUN_BYTES_PER_ENTRY, 1),
         (16 * 1024 * 1024, 1),  # a payload larger than the bound still runs

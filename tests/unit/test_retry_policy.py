@@ -1,4 +1,4 @@
-"""Retry delays and per-key outcomes: the pure part of SPEC §10."""
+"""Retry delays and per-key outcomes: the pure part of decision 14."""
 
 from __future__ import annotations
 

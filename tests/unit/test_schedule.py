@@ -340,7 +340,7 @@ def test_runs_begin_on_the_third_day_of_year_1(after):
     assert [iso(run) for run in runs] == ["0001-01-03T02:00:00+00:00", "0001-01-04T02:00:00+00:00"]
 
 
-# -- the end of time (issue 14) -------------------------------------------------------
+# -- the end of time (decision 6) -----------------------------------------------------
 
 
 def test_a_yearly_expression_near_year_9999_has_the_runs_that_are_left():
@@ -389,7 +389,7 @@ def test_no_run_falls_after_9999_12_30():
     assert next_runs(Schedule(cron="* * * * *"), LATEST_RUN_MS, count=5) == []
 
 
-# -- key ranges and density (issue 14) ------------------------------------------------
+# -- key ranges and density (decision 6) ----------------------------------------------
 
 _KEY_CHARACTERS = st.sampled_from(
     ["a", "A", "b", "/", "0", "1", ".", "-", "%", "_", "\\", "é", "😀"]
@@ -466,7 +466,7 @@ def test_no_span_holds_more_runs_than_most_runs_within_says(schedule):
         )
 
 
-# -- the schema's cron pattern (issue 17) -----------------------------------------------
+# -- the schema's cron pattern (decision 15) --------------------------------------------
 
 # Pieces of cron's grammar, in range and not, with the separators between them.
 _CRON_PIECES = (
