@@ -1,4 +1,4 @@
-"""Create delayed_queue, the seed design's message table, with its three indexes.
+"""Create delayed_queue, the message table as first designed, with its three indexes.
 
 Revision ID: 0001
 Revises:

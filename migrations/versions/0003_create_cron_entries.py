@@ -1,4 +1,4 @@
-"""Create cron_entries: recurring schedules, one per name within a queue (issue 4).
+"""Create cron_entries: recurring schedules, one per name within a queue (decision 6).
 
 Revision ID: 0003
 Revises: 0002

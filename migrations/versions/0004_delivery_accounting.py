@@ -1,4 +1,4 @@
-"""Delivery accounting (issue 6): per-message delivery counts, queue settings, history.
+"""Delivery accounting (decision 7): per-message delivery counts, queue settings, history.
 
 delayed_queue gains `deliveries` (how often the message was handed to a worker in
 its current queue), `firstDeliveredAt` and `lastDeliveredAt` (epoch ms), and

@@ -1,4 +1,4 @@
-"""Indexes that lead to each page of a list (SPEC §8, decision 13).
+"""Indexes that lead to each page of a list (decision 13).
 
 - Messages by due time: the keyset is (scheduledAt, id), and many messages may be due
   in the same millisecond (an import scheduled for 09:00), so the queue's due-time

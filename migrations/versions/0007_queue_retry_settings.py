@@ -1,4 +1,4 @@
-"""A queue's retry delays (issue 17, SPEC §10): queue_settings gains the policy that
+"""A queue's retry delays (decision 14): queue_settings gains the policy that
 makes a message released without a delay due again after a growing one.
 
 `retryInitialDelayMs` and `retryMaxDelayMs` (milliseconds),

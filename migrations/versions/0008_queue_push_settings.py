@@ -1,4 +1,4 @@
-"""Push delivery (issue 18, SPEC §12): queue_settings gains the queue's push target.
+"""Push delivery (decision 16): queue_settings gains the queue's push target.
 
 `pushUrl` (the URL each due message is POSTed to; null: the queue does not push),
 `pushTimeoutMs` (the whole request's bound, milliseconds) and `pushConcurrency`

@@ -1,4 +1,4 @@
-"""Priorities (issue 20, SPEC §13): a message's `priority`, 0-9, higher first.
+"""Priorities (decision 17): a message's `priority`, 0-9, higher first.
 
 - delayed_queue gains `priority` (SMALLINT, not null, default 0): every existing row
   reads as priority 0. PostgreSQL (11+) and MariaDB (10.3+) add a column with a
