@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from tests.support.proxy import TcpProxy
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+STARTUP_PAGE = ROOT / "docs" / "operations" / "startup.md"
 COMMAND_TIMEOUT = 60
 SECRET = "s3cret-pw"
 
@@ -289,16 +291,36 @@ def test_a_report_over_a_database_not_migrated_is_refused_before_spark_starts(tm
     assert not (tmp_path / "report").exists()
 
 
-def test_the_exit_codes_are_in_the_help_and_the_readme():
+def test_the_exit_codes_are_in_the_help_and_the_startup_page():
     result = _hourglass("serve", "--help")
     assert result.returncode == 0
     assert EXIT_CODES_HELP in result.stdout
-    readme = (ROOT / "README.md").read_text()
+    page = STARTUP_PAGE.read_text()
     for code in ExitCode:
         line = next(
             line for line in EXIT_CODES_HELP.splitlines() if line.startswith(f"  {code.value} ")
         )
-        assert f"| `{code.value}` |" in readme, line
+        assert f"| `{code.value}` |" in page, line
+
+
+def test_the_startup_page_shows_what_a_setting_not_accepted_says():
+    """The start-up page's shell session, run as written: its command says the page's line
+    and ends with the page's exit status."""
+    marker = (
+        "<!-- run by: tests/api/test_startup.py::"
+        "test_the_startup_page_shows_what_a_setting_not_accepted_says -->\n```text\n"
+    )
+    page = STARTUP_PAGE.read_text()
+    assert marker in page, "the start-up page lost its example of a setting not accepted"
+    session = page.split(marker, 1)[1].split("```", 1)[0]
+    command, said, status_command, status = session.strip().splitlines()
+    assert command.startswith("$ ") and status_command == "$ echo $?", session
+    *assignments, program, subcommand = shlex.split(command.removeprefix("$ "))
+    assert program == "hourglass", command
+    environment = dict(assignment.split("=", 1) for assignment in assignments)
+    result = _hourglass(subcommand, **environment)
+    assert _told(result, subcommand) == said
+    assert result.returncode == int(status)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ the service's user, is left out without failing the read."""
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from tests.support.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until
 
 pytestmark = pytest.mark.server_databases
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DATABASES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "databases.md"
 
 # Messages offered, leased and acknowledged while the snapshot is held: each is three
 # transactions (offer, poll, acknowledgement) and leaves two dead row versions (the
@@ -120,12 +119,14 @@ def _settle(url: str) -> None:
         engine.dispose()
 
 
-def _readme_query_for_holders() -> str:
-    """The first statement of the README's SQL ("When vacuum is held back"): the sessions
-    holding vacuum back."""
-    block = re.search(r"```sql\n(.*?)```", README.read_text(), re.DOTALL)
-    assert block, "the README lost its query for what holds vacuum back"
-    return block.group(1).split(";")[0]
+def _page_statements(test: str) -> list[str]:
+    """The statements of the SQL block that docs/operations/databases.md says `test` runs
+    ("When vacuum is held back"), in the page's order."""
+    marker = f"<!-- run by: tests/storage/test_table_health.py::{test} -->\n```sql\n"
+    page = DATABASES_PAGE.read_text()
+    assert marker in page, f"the databases page lost the query {test} runs"
+    block = page.split(marker, 1)[1].split("```", 1)[0]
+    return [statement for statement in block.split(";") if statement.strip()]
 
 
 def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
@@ -143,11 +144,17 @@ def test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql(
         held = _holder(postgresql_store.table_health.read())
         assert held.seconds is not None and held.seconds > 0
         assert held.transactions is not None
-        # The README's query finds it, as an operator would.
+        # The page's queries: the first finds it, as an operator would; the others (the
+        # prepared transactions, the replication slots) run too.
+        sessions, *others = _page_statements(
+            "test_a_held_snapshot_holds_back_vacuum_and_keeps_dead_rows_on_postgresql"
+        )
         operator = create_engine(postgresql_url)
         try:
             with operator.connect() as connection:
-                found = connection.execute(text(_readme_query_for_holders())).all()
+                found = connection.execute(text(sessions)).all()
+                for statement in others:
+                    connection.execute(text(statement)).all()
         finally:
             operator.dispose()
         assert [row.pid for row in found] == [pid]
@@ -263,7 +270,7 @@ def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_
     assert [(holder.kind, holder.transactions) for holder in before.holders] == [
         ("transaction", None)
     ]
-    with _held_snapshot(mariadb_url):
+    with _held_snapshot(mariadb_url) as thread_id:
         # InnoDB dates a transaction to the second: it shows once one has begun since.
         # Its view of the transactions is a copy made again only when nobody has read
         # it for 0.1 s: asked more often, it would never change.
@@ -273,6 +280,16 @@ def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_
             "the open transaction to show",
             every=INNODB_VIEWS_EVERY_SECONDS,
         )
+        # The page's query finds it, as an operator would (the server's other
+        # transactions, of other tests' databases, may show beside it).
+        (transactions,) = _page_statements("test_an_open_transaction_holds_back_purge_on_mariadb")
+        operator = create_engine(mariadb_url)
+        try:
+            with operator.connect() as connection:
+                found = connection.execute(text(transactions)).all()
+        finally:
+            operator.dispose()
+        assert thread_id in [row.trx_mysql_thread_id for row in found]
         _churn(mariadb_store, CHURNED)
         during = mariadb_store.table_health.read()
         # The read view keeps the undo log of every transaction committed after it (the
