@@ -1,0 +1,198 @@
+"""Every example in the docs runs as it is written (docs/development.md, "Examples").
+
+Each page's curl commands and Python blocks run in page order against a fresh `hourglass
+serve` on SQLite, as a reader would run them against the service the README starts; the
+answers a page shows are compared with the service's. A block no test can run here says
+why in a comment, or names the test that runs it. The decision records are left out: they
+record why a statement or a design is as it is, and their SQL is the statement under
+discussion, not an example to run."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.docs.examples import (
+    ROOT,
+    Block,
+    bind,
+    commands,
+    file_name,
+    json_values,
+    kind_of,
+    mismatch,
+    read_page,
+)
+from tests.support.server import running_server
+
+PAGES = sorted(
+    [ROOT / "README.md", ROOT / "clients/python/README.md"]
+    + [path for path in (ROOT / "docs").rglob("*.md") if "decisions" not in path.parts],
+)
+COMMAND_TIMEOUT = 60
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_name)
+def test_every_block_runs_or_says_why(path):
+    page = read_page(path)
+    unmarked = [block.where for block in page.blocks if kind_of(block) == "unmarked"]
+    assert not unmarked, (
+        "blocks no test runs and that do not say why (`<!-- not run: why -->` or "
+        f"`<!-- run by: tests/file.py::test_name -->` on the line before): {unmarked}"
+    )
+    for block in page.blocks:
+        if block.marker is None:
+            continue
+        kind, what = block.marker
+        assert what, f"{block.where}: `{kind}:` says nothing"
+        if kind == "run by":
+            _check_runner(block, what)
+
+
+def _check_runner(block: Block, what: str) -> None:
+    file, _, test = what.partition("::")
+    runner = ROOT / file
+    assert runner.is_file(), f"{block.where}: {file} does not exist"
+    source = runner.read_text()
+    defined = {
+        node.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    assert test in defined, f"{block.where}: {file} has no {test}"
+    assert _name(block.page) in source, f"{block.where}: {file} does not read {_name(block.page)}"
+
+
+RUNNABLE = [path for path in PAGES if read_page(path).runnable]
+
+
+@pytest.mark.parametrize("path", RUNNABLE, ids=_name)
+def test_the_page_runs_as_written(path, tmp_path, monkeypatch):
+    page = read_page(path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bindings: dict[str, str] = {}
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    database = f"sqlite:///{tmp_path / 'hourglass.db'}"
+    with running_server(database, **page.environment) as server:
+        for block in page.runnable:
+            kind = kind_of(block)
+            if kind == "file":
+                (tmp_path / file_name(block)).write_text(bind(block.text, bindings, server.url))
+            elif kind == "python":
+                output = io.StringIO()
+                with contextlib.redirect_stdout(output):
+                    code = compile(bind(block.text, bindings, server.url), block.where, "exec")
+                    exec(code, namespace)  # noqa: S102 - the page's own example
+            else:
+                _run_commands(block, server.url, bindings)
+            _check_alive(server, block)
+    for module in [name for name in sys.modules if (tmp_path / f"{name}.py").exists()]:
+        del sys.modules[module]  # the page's own files: the next page may write others
+
+
+def _check_alive(server, block: Block) -> None:
+    assert server.process is None or server.process.poll() is None, (
+        f"{block.where}: the service stopped: {''.join(server.output)}"
+    )
+
+
+def _run_commands(block: Block, url: str, bindings: dict[str, str]) -> None:
+    """Runs a block's commands one by one, each answer compared as it comes, so that a lock
+    id the service gave one command is the one the next command uses."""
+    shown = json_values(block.answer.text) if block.answer is not None else None
+    got_all: list[object] = []
+    for command in commands(block.text):
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", bind(command, bindings, url)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+        )
+        assert done.returncode == 0, f"{block.where}: exited {done.returncode}: {done.stderr}"
+        got = json_values(done.stdout)
+        if shown is None:
+            refused = [value for value in got if _refusal(value)]
+            assert not refused, f"{block.where}: refused, and the page shows no answer: {refused}"
+            continue
+        for value in got:
+            index = len(got_all)
+            assert index < len(shown), (
+                f"{block.answer.where}: the page shows fewer answers: {value}"
+            )
+            found = mismatch(shown[index], value, bindings)
+            assert found is None, f"{block.answer.where}: {found}"
+            got_all.append(value)
+    if shown is not None:
+        assert len(got_all) == len(shown), f"{block.answer.where}: the page shows more answers"
+
+
+def _refusal(value: object) -> bool:
+    """A problem+json answer, or the status code of a command that prints only its code."""
+    if isinstance(value, dict):
+        return isinstance(value.get("status"), int) and value["status"] >= 400
+    return isinstance(value, int) and 400 <= value < 600
+
+
+WORKERS_PAGE = ROOT / "docs/guide/workers.md"
+WORKER_WAIT = 60
+
+
+def test_the_worker_command(tmp_path):
+    """The workers page's `hourglass-worker` command, with the page's tasks.py, handles a
+    due message as the page says it does, and stops on SIGTERM, exiting 0."""
+    page = read_page(WORKERS_PAGE)
+    (tasks,) = [block for block in page.blocks if kind_of(block) == "file"]
+    (command,) = [block for block in page.blocks if "hourglass-worker " in block.text]
+    (tmp_path / file_name(tasks)).write_text(tasks.text)
+    with running_server(f"sqlite:///{tmp_path / 'hourglass.db'}") as server:
+        offered = httpx.put(
+            f"{server.url}/v1/queues/reminders/messages/user-42/friday",
+            json={"payload": {"user": 42, "text": "Your trial ends today"}},
+        )
+        assert offered.status_code == 201, offered.text
+        worker = subprocess.Popen(
+            shlex.split(command.text.strip()),
+            cwd=tmp_path,
+            env={**os.environ, "HOURGLASS_URL": server.url},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: list[str] = []
+        handled = threading.Event()
+
+        def read() -> None:
+            assert worker.stdout is not None
+            for line in worker.stdout:
+                lines.append(line)
+                if "to user 42: Your trial ends today (delivery 1)" in line:
+                    handled.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert handled.wait(WORKER_WAIT), "".join(lines)
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(WORKER_WAIT) == 0, "".join(lines)
+        finally:
+            worker.kill()
+        reader.join(WORKER_WAIT)
+        left = httpx.get(f"{server.url}/v1/queues/reminders").json()
+        assert left["messages"] == 0, left  # acknowledged
