@@ -75,7 +75,10 @@ def _check_runner(block: Block, what: str) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     assert test in defined, f"{block.where}: {file} has no {test}"
-    assert _name(block.page) in source, f"{block.where}: {file} does not read {_name(block.page)}"
+    page = block.page.relative_to(ROOT)
+    assert str(page) in source or repr(page.parts)[1:-1] in source or page.name in source, (
+        f"{block.where}: {file} does not read {page}"
+    )
 
 
 RUNNABLE = [path for path in PAGES if read_page(path).runnable]
@@ -196,3 +199,62 @@ def test_the_worker_command(tmp_path):
         reader.join(WORKER_WAIT)
         left = httpx.get(f"{server.url}/v1/queues/reminders").json()
         assert left["messages"] == 0, left  # acknowledged
+
+
+FLOW_CONTROL_PAGE = ROOT / "docs/guide/flow-control.md"
+
+
+def test_the_groups_example(tmp_path):
+    """The flow-control page's groups example, run as the page says (`python producer.py &&
+    python worker.py`): three customers side by side, never two reminders of one customer
+    at once, each customer's in order, as the output the page shows."""
+    page = read_page(FLOW_CONTROL_PAGE)
+    files = {file_name(block): block.text for block in page.blocks if kind_of(block) == "file"}
+    for name in ("producer.py", "worker.py"):
+        (tmp_path / name).write_text(files[name])
+    with running_server(f"sqlite:///{tmp_path / 'hourglass.db'}") as server:
+        env = {**os.environ, "HOURGLASS_URL": server.url}
+        subprocess.run(
+            [sys.executable, "producer.py"], cwd=tmp_path, env=env, check=True, timeout=60
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        events: list[tuple[str, str, str]] = []  # (group, start | done, key)
+        finished = threading.Event()
+
+        def read() -> None:
+            assert worker.stdout is not None
+            for line in worker.stdout:
+                _, group, what, key = line.split()
+                events.append((group, what, key))
+                if sum(what == "done" for _, what, _ in events) == 9:
+                    finished.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert finished.wait(WORKER_WAIT), events
+            worker.send_signal(signal.SIGINT)
+            worker.wait(WORKER_WAIT)
+        finally:
+            worker.kill()
+        reader.join(WORKER_WAIT)
+    running: dict[str, str] = {}
+    at_once = 0
+    for group, what, key in events:
+        if what == "start":
+            assert group not in running, f"two of {group} at once: {running[group]}, {key}"
+            running[group] = key
+            at_once = max(at_once, len(running))
+        else:
+            assert running.pop(group) == key
+    for group in ("4711", "5120", "3321"):
+        started = [key for g, what, key in events if g == group and what == "start"]
+        assert started == [f"customer/{group}/reminder-{n}" for n in range(3)], started
+    assert at_once == 3, "the customers were not served side by side"
