@@ -16,35 +16,30 @@ from urllib.parse import quote
 
 import httpx
 
-from hourglass_client.models import (
-    Ack,
-    AckResult,
+from hourglass_client.models.cron import CronEntry, CronInstallResult
+from hourglass_client.models.leases import Ack, AckResult, Lease, ReleaseResult
+from hourglass_client.models.messages import (
     BatchResult,
-    CronEntry,
-    CronInstallResult,
     Finish,
     HistoryEntry,
     IfExists,
-    Lease,
     ListState,
     Message,
     Offer,
     OfferResult,
     Page,
+    expiry,
+    schedule,
+)
+from hourglass_client.models.queues import (
     PushTarget,
     QueueSettings,
     QueueStats,
     Rate,
     RedriveResult,
-    ReleaseResult,
     RetryPolicy,
-    Seconds,
-    expiry,
-    format_time,
-    parse_time,
-    schedule,
-    seconds,
 )
+from hourglass_client.models.times import Seconds, format_time, parse_time, seconds
 
 T = TypeVar("T")
 

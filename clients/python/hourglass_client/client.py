@@ -17,7 +17,7 @@ import httpx
 
 from hourglass_client import _operations as operations
 from hourglass_client.errors import ConnectionFailed, HourglassError, Unavailable, error_from
-from hourglass_client.models import (
+from hourglass_client.models.messages import (
     BatchResult,
     Finish,
     HistoryEntry,

@@ -31,7 +31,8 @@ from hourglass_client.errors import (
     NotFound,
     Unauthorized,
 )
-from hourglass_client.models import Ack, AckResult, DeliveredMessage, Lease, Seconds, seconds
+from hourglass_client.models.leases import Ack, AckResult, DeliveredMessage, Lease
+from hourglass_client.models.times import Seconds, seconds
 
 logger = logging.getLogger("hourglass_client.worker")
 
