@@ -1,4 +1,4 @@
-"""`Client` and `AsyncClient`: the /v1 operations of _operations.py over httpx, with retries."""
+"""`Client` and `AsyncClient`: the /v1 operations of `_operations` over httpx, with retries."""
 
 from __future__ import annotations
 
