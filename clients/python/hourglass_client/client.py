@@ -33,7 +33,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-# The most one batch request may carry (SPEC §3).
+# The most one batch request may carry: the service refuses a larger one (docs/api/index.md).
 MAX_BATCH = 1000
 # Failures that happen before a request leaves: retrying them cannot repeat anything.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
