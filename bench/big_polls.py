@@ -3,14 +3,15 @@
     python -m bench.big_polls                    # 3 polls of max=1000 over 600 x 256 KiB
     python -m bench.big_polls --polls 1 --messages 100
 
-Issue 14 (point 7): one poll of max=1000 over 256 KiB payloads answered 250 MiB
-and cost the server about twice that; three at once stalled /healthz. This
-writes the messages straight into a fresh PostgreSQL database (so the server's
-heap has not grown on their way in), starts `hourglass serve` from the current
-directory, resets the server's peak-RSS mark (/proc/<pid>/clear_refs), and
-sends the polls at once while a client reads /healthz every 10 ms. It prints
-the answers' sizes, the server's peak RSS over its resident size before, and
-the slowest /healthz. Run it from another checkout to measure that code.
+Before answers were bounded in bytes, one poll of max=1000 over 256 KiB payloads
+answered 250 MiB and cost the server about twice that; three at once stalled
+/healthz. This writes the messages straight into a fresh PostgreSQL database (so
+the server's heap has not grown on their way in), starts `hourglass serve` from
+the current directory, resets the server's peak-RSS mark
+(/proc/<pid>/clear_refs), and sends the polls at once while a client reads
+/healthz every 10 ms. It prints the answers' sizes, the server's peak RSS over
+its resident size before, and the slowest /healthz. Run it from another
+checkout to measure that code.
 """
 
 from __future__ import annotations

@@ -59,8 +59,10 @@ DEFAULT_DATABASE_URL = floor.DEFAULT_DSN
 QUEUE = "q"
 POLL = b'{"max":1}'
 OFFER = b'{"payload":' + PAYLOAD + b',"delay":3600}'
-# The issue's targets, and the counts recorded in bench/RESULTS.md ("The floor
-# of the stack", 2026-11-27, Hourglass at b198894; that floor was not this module's).
+# The targets for calls per request, and the counts recorded when they were set
+# (2026-11-27, Hourglass at b198894, against a floor that was not this module's);
+# bench/RESULTS.md, "The request path against the floor of our stack", has this
+# module's counts since.
 TARGETS = {"hourglass-poll": 650, "hourglass-offer": 750}
 RECORDED = {
     "bare": 7,
@@ -76,7 +78,7 @@ ROWS = {
     "floor-offer": "floor: new-key offer",
     "hourglass-offer": "Hourglass: new-key offer",
 }
-# The issue's bound on Hourglass's CPU per request against the floor's.
+# The bound on Hourglass's CPU per request against the floor's (bench/probe.py compare).
 FLOOR_RATIO = 1.2
 # Which of the floor's rows each of Hourglass's is compared with.
 FLOOR_OF = {"hourglass-poll": "floor-poll", "hourglass-offer": "floor-offer"}

@@ -54,7 +54,7 @@ OFFER_ROWS = (
     'delayed_queue."pKey"'
 )
 # The poll of one, for a queue without a delivery limit: one range of the poll's index
-# per priority (issue 20), no running sums.
+# per priority (docs/decisions/0017-priorities.md), no running sums.
 CLAIM_ONE = (
     'UPDATE delayed_queue SET "scheduledAt"=%(lease_until)s::BIGINT, '
     '"lockUuid"=%(lock_id)s::VARCHAR, deliveries=(delayed_queue.deliveries + '
@@ -174,7 +174,8 @@ PREFILL = (
 )
 # The service's session options (app/storage/dialects/postgresql.py): custom plans.
 SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
-# Rows per INSERT in a batch (SPEC §2; no lookup of existing keys first: decision 8).
+# Rows per INSERT in a batch, as the store sends them (no lookup of existing keys first:
+# docs/decisions/0008-batch-offers-insert-first.md).
 INSERT_CHUNK = 200
 
 

@@ -1,4 +1,4 @@
-"""Two workloads users ask about (issue 19): what one queue's backlog does to another
+"""Two workloads users ask about: what one queue's backlog does to another
 queue's polls (a noisy neighbour), and what a transaction left open does to a drain
 (a held snapshot)."""
 

@@ -1,4 +1,4 @@
-"""How other queues fare while one queue's rows are locked from outside (issue 14).
+"""How other queues fare while one queue's rows are locked from outside.
 
     python -m bench.isolation                     # PostgreSQL at 127.0.0.1:5432
     python -m bench.isolation --database-url mariadb://root@127.0.0.1:3306/hourglass_isolation
@@ -36,7 +36,7 @@ from tests.support.server import running_server
 
 OFFER_CLIENTS = 2
 POLL_CLIENTS = 2
-LOCKED_CLIENTS = 12  # as in issue 14: more than the pool's ten connections
+LOCKED_CLIENTS = 12  # more than the pool's ten connections: enough to wait on every one
 LOCKED_KEYS = 12
 CLIENT_TIMEOUT = 30  # seconds: a request still unanswered then counts as "timeout"
 

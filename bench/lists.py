@@ -1,6 +1,6 @@
 """A page of a list from a queue of 1,000,000 messages (and 1,000,000 history rows)
 against the same page of a small queue and of an empty one: a page costs what its
-rows cost, whatever the queue's size (SPEC §8, issue 16)?
+rows cost, whatever the queue's size (docs/decisions/0013-list-pages.md)?
 
     python -m bench.lists                       # PostgreSQL, 200 requests a case, ~5 minutes
     python -m bench.lists --database-url mariadb://root@127.0.0.1:3306/hourglass_bench_lists
@@ -29,8 +29,8 @@ the store (`Storage.lists`, what the list costs the database and the store), and
 over HTTP against three `hourglass serve`, one per queue. The figure is each
 case's median. Two ratios: the full queue's median over the small queue's (the
 same page, the same rows, from 100 times fewer messages), and over the empty
-queue's, the issue's (an empty queue's page has no rows: the second ratio also
-holds what 50 rows cost to read and render).
+queue's, which the target is set on (at most 1.5x; an empty queue's page has no
+rows: the second ratio also holds what 50 rows cost to read and render).
 """
 
 from __future__ import annotations

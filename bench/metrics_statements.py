@@ -1,6 +1,6 @@
 """Statements an idle service's /metrics sends to the database per refresh of its queue
 gauges (at most one every QUEUE_GAUGES_SECONDS, however often Prometheus scrapes), read
-from hourglass_database_statements_total (issue 21: the readiness gauge's cost).
+from hourglass_database_statements_total (what the readiness gauge costs an idle service).
 
     python -m bench.metrics_statements [DATABASE_URL]   # default: a new SQLite file
 

@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY between replicas (issue 19, SPEC §14, decision 19), through real
+"""LISTEN/NOTIFY between replicas (docs/decisions/0019-listen-notify.md), through real
 `hourglass serve` processes on PostgreSQL:
 
     python -m bench.notify                      # ~9 minutes

@@ -1,8 +1,8 @@
-"""Priorities (issue 20, SPEC §13): what 1,000,000 future messages over all ten priorities
-cost a poll, and what mixed priorities cost a drain, through `hourglass serve` on
-PostgreSQL.
+"""Priorities (docs/decisions/0017-priorities.md): what 1,000,000 future messages over
+all ten priorities cost a poll, and what mixed priorities cost a drain, through
+`hourglass serve` on PostgreSQL.
 
-    python -m bench.priorities                  # ~5 minutes: the two ratios of the issue
+    python -m bench.priorities                  # ~5 minutes: the two ratios and their bounds
     python -m bench.priorities --explain        # the poll's plans at 1,000,000 future messages
     python -m bench.priorities --quick          # 100,000 future messages: does it run?
 
@@ -12,11 +12,11 @@ One database (dropped and created afresh), one server, four queues in one table:
   due messages of priority 0 to each queue (the poll's hardest case: every higher
   priority of `future` holds future messages, each range is looked into) and times
   poll max=1 + ack of each, one after the other (which queue goes first alternates);
-  the figure is the median over every round after the first. The issue's bound:
+  the figure is the median over every round after the first. The bound:
   `future` / `plain` <= 1.5.
 - `single` and `mixed`: a round fills each with --drain due messages (all priority 0,
   or priority n % 10) and drains each with 4 workers polling max=100 and
-  acknowledging; the figure is the median rate over the rounds. The issue's bound:
+  acknowledging; the figure is the median rate over the rounds. The bound:
   `mixed` at most 1.2x slower than `single`.
 """
 
@@ -219,12 +219,12 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"poll max=1 + ack, {args.future:,} future messages over 10 priorities: "
         f"{latency['future']:.2f} ms; none: {latency['plain']:.2f} ms; "
-        f"ratio {result['latency_ratio']:.2f} (issue: <= 1.5)"
+        f"ratio {result['latency_ratio']:.2f} (bound: <= 1.5)"
     )
     print(
         f"drain max=100, 4 workers: single priority {drains['single']:,.0f} msg/s, "
         f"mixed {drains['mixed']:,.0f} msg/s; mixed {result['drain_slowdown']:.2f}x slower "
-        "(issue: <= 1.2)"
+        "(bound: <= 1.2)"
     )
 
 

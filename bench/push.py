@@ -1,4 +1,4 @@
-"""Issue 18: push delivery's lateness on one and two replicas, and its throughput against
+"""Push delivery's lateness on one and two replicas, and its throughput against
 bench's drain through HTTP with `max`=1.
 
     python -m bench.push             # 1,000 messages over 10 s and 10,000 ready, 3 runs

@@ -1,4 +1,4 @@
-"""Issue 17: the client library's workers draining a queue with a no-op handler, against
+"""The client library's workers draining a queue with a no-op handler, against
 bench's raw drain through HTTP at the same concurrency.
 
     python -m bench.worker                  # 50,000 messages, 5 rounds, 2-3 minutes

@@ -26,7 +26,7 @@ from bench.targets import PAYLOAD, Target
 
 @dataclass(frozen=True)
 class Plan:
-    """Counts and durations: --quick shrinks them, the full run uses the issue's."""
+    """Counts and durations: --quick shrinks them, the full run uses those of record."""
 
     rounds: int
     offer_clients: tuple[int, ...]

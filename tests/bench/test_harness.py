@@ -1,4 +1,4 @@
-"""`python -m bench.run --quick` runs against a real service and writes its JSON report.
+"""`python -m bench.run --quick` runs against a real service and writes its figures as JSON.
 
 Peers are left out (they are the [bench] extra's); the figures are not checked,
 only that every workload ran and reported.

@@ -1,4 +1,4 @@
-"""`Client` and `AsyncClient`: the /v1 operations of _operations.py over httpx, with retries."""
+"""`Client` and `AsyncClient`: the /v1 operations of `_operations` over httpx, with retries."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import httpx
 
 from hourglass_client import _operations as operations
 from hourglass_client.errors import ConnectionFailed, HourglassError, Unavailable, error_from
-from hourglass_client.models import (
+from hourglass_client.models.messages import (
     BatchResult,
     Finish,
     HistoryEntry,
@@ -33,7 +33,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-# The most one batch request may carry (SPEC §3).
+# The most one batch request may carry: the service refuses a larger one (docs/api/index.md).
 MAX_BATCH = 1000
 # Failures that happen before a request leaves: retrying them cannot repeat anything.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)

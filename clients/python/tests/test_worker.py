@@ -1,5 +1,6 @@
 """Workers against a real server: leases kept while handlers run, each message settled on
-its own (§10), bounded concurrency, and a stop that leaves nothing held."""
+its own (by key, not with the rest of its poll's lock), bounded concurrency, and a stop
+that leaves nothing held."""
 
 from __future__ import annotations
 
@@ -568,7 +569,7 @@ def test_polls_out_at_once_stay_within_the_cap_and_the_free_slots(service, queue
     asyncio.run(main())
 
 
-# Acknowledgements on the next poll (the service's decision 21)
+# Acknowledgements on the next poll (docs/decisions/0021-acknowledgement-on-the-next-poll.md)
 
 
 class CountsRequests(httpx.AsyncBaseTransport):
