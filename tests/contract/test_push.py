@@ -35,7 +35,7 @@ from tests.support.helpers import at, history_rows, poll, put, settings_rows, st
 from tests.support.push_endpoint import Answer, Endpoint, Received, refused_url, running_endpoint
 
 SECRETS = ("first-secret", "second-secret")
-README = Path(__file__).resolve().parents[2] / "README.md"
+PUSH_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "push.md"
 
 
 class Settled:
@@ -306,21 +306,17 @@ def test_a_due_message_is_posted_as_a_poll_shows_it_signed_and_acknowledged(
     assert 'hourglass_messages_acknowledged_total{queue="q"} 1.0' in metrics
 
 
-def readme_verifier() -> Any:
-    """The signature verifier the README documents, run as it is written there."""
-    text = README.read_text()
-    marker = "<!-- push-signature-verifier -->"
-    assert marker in text, "the README's push section lost its verifier"
-    block = text.split(marker, 1)[1]
-    code = re.search(r"```python\n(.*?)```", block, re.DOTALL)
-    assert code is not None
+def documented_verifier() -> Any:
+    """The signature verifier the push page documents (its `verify.py`), run as written."""
+    code = re.search(r"```python\n(# verify\.py\n.*?)```", PUSH_PAGE.read_text(), re.DOTALL)
+    assert code is not None, "docs/guide/push.md lost its verify.py"
     namespace: dict[str, Any] = {}
-    exec(compile(code.group(1), str(README), "exec"), namespace)  # noqa: S102 - the README's code
+    exec(compile(code.group(1), str(PUSH_PAGE), "exec"), namespace)  # noqa: S102 - the page's code
     return namespace["verify_signature"]
 
 
-def test_the_readme_recipe_verifies_real_pushes_with_each_secret(service, endpoint, clock):
-    verify_signature = readme_verifier()
+def test_the_documented_verifier_checks_real_pushes_with_each_secret(service, endpoint, clock):
+    verify_signature = documented_verifier()
     service.push_to(endpoint.url())
     put(service.client, "q", "k", {"a": "ü"})
     (request,) = endpoint.wait_for_requests(1)

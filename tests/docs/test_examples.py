@@ -34,7 +34,8 @@ from tests.docs.examples import (
     mismatch,
     read_page,
 )
-from tests.support.server import running_server
+from tests.support.helpers import wait_until
+from tests.support.server import free_port, running_server
 
 PAGES = sorted(
     [ROOT / "README.md", ROOT / "clients/python/README.md"]
@@ -258,3 +259,67 @@ def test_the_groups_example(tmp_path):
         started = [key for g, what, key in events if g == group and what == "start"]
         assert started == [f"customer/{group}/reminder-{n}" for n in range(3)], started
     assert at_once == 3, "the customers were not served side by side"
+
+
+PUSH_PAGE = ROOT / "docs/guide/push.md"
+
+
+def test_the_push_receiver(tmp_path):
+    """The push page's receiver.py, beside its verify.py, takes a real push from the service
+    (signed with the secret it is given) and acknowledges it with its 204."""
+    page = read_page(PUSH_PAGE)
+    for block in page.blocks:
+        if block.lang == "python" and block.text.startswith("# "):
+            (tmp_path / file_name(block)).write_text(block.text)
+    port = free_port()
+    receiver = subprocess.Popen(
+        [sys.executable, "receiver.py"],
+        cwd=tmp_path,
+        env={**os.environ, "HOURGLASS_PUSH_SECRET": "current-secret", "PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    delivered = threading.Event()
+
+    def read() -> None:
+        assert receiver.stdout is not None
+        for line in receiver.stdout:
+            lines.append(line)
+            if "to {'user': 42} delivery 1" in line:
+                delivered.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    target = f"http://127.0.0.1:{port}/hourglass"
+    try:
+        with running_server(
+            f"sqlite:///{tmp_path / 'hourglass.db'}",
+            HOURGLASS_PUSH_ALLOWED=target,
+            HOURGLASS_PUSH_SECRETS="current-secret,previous-secret",
+        ) as server:
+            settings = httpx.put(
+                f"{server.url}/v1/queues/reminders/settings", json={"push": {"url": target}}
+            )
+            assert settings.status_code == 200, settings.text
+            offered = httpx.put(
+                f"{server.url}/v1/queues/reminders/messages/user-42", json={"payload": {"user": 42}}
+            )
+            assert offered.status_code == 201, offered.text
+            assert delivered.wait(WORKER_WAIT), "".join(lines)
+
+            def outcomes() -> list[str]:
+                history = httpx.get(f"{server.url}/v1/queues/reminders/history").json()
+                return [entry["outcome"] for entry in history["entries"]]
+
+            # The service's own process acknowledges on the 204: no event reaches the test.
+            wait_until(
+                lambda: outcomes() == ["acknowledged"],
+                WORKER_WAIT,
+                "the 204's ack",
+                details=outcomes,
+            )
+    finally:
+        receiver.kill()
+        reader.join(WORKER_WAIT)
