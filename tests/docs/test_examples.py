@@ -323,3 +323,12 @@ def test_the_push_receiver(tmp_path):
     finally:
         receiver.kill()
         reader.join(WORKER_WAIT)
+
+
+def test_the_readme_is_a_front_door():
+    """The README: what Hourglass is, its two set-up commands, a walk-through and links, in
+    at most 200 lines; everything else is a page of the docs site."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    assert "pip install . && hourglass serve" in text
+    assert "pip install -e '.[test]' -e ./clients/python && pytest" in text
