@@ -49,7 +49,7 @@ FORESEEN: dict[str, list[tuple[int, str, str]]] = {
         (422, "invalid-request", "invalid cron expression"),
         # Names the service's time zone database knows, which vary with its version.
         (422, "invalid-request", "unknown time zone"),
-        # A payload too large for how often the schedule runs (README, "Recurring schedules").
+        # A payload too large for how often the schedule runs (docs/guide/cron.md).
         (422, "cron-entry-too-large", ""),
     ],
 }

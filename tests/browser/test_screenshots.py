@@ -1,6 +1,6 @@
 """Screenshots of the console as a person sees it, at 1280×800: the queues, a queue, a
 message, a paused queue, a queue's messages of one group and a queue whose messages
-expire, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (the README and
+expire, with realistic data. Written to HOURGLASS_SCREENSHOTS when set (docs/guide/console.md and
 docs/guide/flow-control.md show those in docs/console/), else to a temporary folder."""
 
 from __future__ import annotations

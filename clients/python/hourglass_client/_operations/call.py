@@ -24,7 +24,7 @@ class Call(Generic[T]):
     json: Any = _NO_BODY
     params: dict[str, str | int] = field(default_factory=dict)
     # Safe to send again when a `503` says it was not done, or its answer was lost:
-    # repeating it changes nothing a first success would not have (see the README).
+    # repeating it changes nothing a first success would not have (docs/guide/workers.md, "Retries").
     repeatable: bool = False
     # Statuses besides 2xx that `parse` reads (an acknowledgement's 404: nothing held).
     accept: frozenset[int] = frozenset()
