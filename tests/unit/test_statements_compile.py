@@ -25,9 +25,11 @@ from sqlalchemy import create_engine
 from sqlalchemy.sql import Executable
 
 from app.domain.pages import ListState
-from app.storage.dialects import mariadb, postgresql, sqlite
+from app.storage.dialects import sqlite
 from app.storage.dialects.base import Dialect
-from app.storage.dialects.postgresql_direct import DirectStatements
+from app.storage.dialects.mariadb import dialect as mariadb
+from app.storage.dialects.postgresql import dialect as postgresql
+from app.storage.dialects.postgresql.direct import DirectStatements
 from app.storage.statements import ROOMS, common, resolved
 from app.storage.statements.common import Removal
 

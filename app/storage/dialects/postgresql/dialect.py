@@ -54,7 +54,6 @@ from app.domain.messages import (
 )
 from app.storage import claims
 from app.storage.connection import Connection
-from app.storage.dialects import postgresql_health
 from app.storage.dialects.base import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_IDLE_SECONDS,
@@ -68,8 +67,9 @@ from app.storage.dialects.base import (
     first_line,
     first_of_each,
 )
-from app.storage.dialects.postgresql_direct import DirectConnection, DirectPool
-from app.storage.dialects.postgresql_peers import PostgresPeers
+from app.storage.dialects.postgresql import table_health
+from app.storage.dialects.postgresql.direct import DirectConnection, DirectPool
+from app.storage.dialects.postgresql.peers import PostgresPeers
 from app.storage.statements import Variants, leases, resolved
 from app.storage.statements.common import (
     HISTORY_COLUMNS,
@@ -689,7 +689,7 @@ STATEMENTS: Variants = {
         ),
     },
     # The statistics of the tables and what holds back their vacuum.
-    "table_health": postgresql_health.VARIANTS,
+    "table_health": table_health.VARIANTS,
 }
 
 
