@@ -2,7 +2,7 @@
 installed (one range of keys in byte order, read and deleted as one).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name.
+modules (app/storage/dialects/<db>) under the same name.
 """
 
 from __future__ import annotations

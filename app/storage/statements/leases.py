@@ -2,7 +2,7 @@
 acknowledge, extend and release by lock id (all that a lock holds, or some of its keys).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name. What a claim returns and how
+modules (app/storage/dialects/<db>) under the same name. What a claim returns and how
 it runs without RETURNING is app/storage/claims.py.
 """
 

@@ -1,5 +1,5 @@
-"""MariaDB (10.6+), through mysqlclient: what differs from the generic statements (its
-variants of the rooms' statements in STATEMENTS, and how they run).
+"""MariaDB (10.6+), through mysqlclient: its dialect, how its statements run (its variants
+of the rooms' statements are in statements.py, its removals in removals.py).
 
 - Writes that skip existing keys are `INSERT IGNORE … RETURNING`. IGNORE would
   also turn other errors (a value too long, a NULL) into warnings and write a
@@ -17,50 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
-from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import (
-    Select,
-    bindparam,
-    column,
-    delete,
-    event,
-    func,
-    literal,
-    literal_column,
-    null,
-    select,
-    table,
-)
-from sqlalchemy.dialects.mysql import insert
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.dml import ReturningDelete
 
 from app.domain.errors import PayloadTooLarge
 from app.storage.connection import Connection
 from app.storage.dialects.base import CONNECT_TIMEOUT_SECONDS, Dialect, first_line, keep_alive
-from app.storage.statements import Variants, leases, resolved
-from app.storage.statements.common import (
-    HISTORY_COLUMNS,
-    HISTORY_SOURCE,
-    Removal,
-    columns,
-    keys_in_queue,
-)
-from app.storage.statements.cron import build_entry_runs
-from app.storage.statements.groups import build_waiting
-from app.storage.statements.lists import ListReads
-from app.storage.tables import (
-    GROUP_INDEX,
-    LOCK_INDEX,
-    POLL_INDEX,
-    delivery_history,
-    message_groups,
-)
-from app.storage.tables import delayed_queue as queue_table
+from app.storage.dialects.mariadb import removals
+from app.storage.dialects.mariadb.statements import STATEMENTS
+from app.storage.statements import resolved
+from app.storage.statements.common import Removal
 
 _DUPLICATE_ENTRY = 1062
 _DUPLICATE_ENTRY_WITH_KEY_NAME = 1586
@@ -84,101 +53,10 @@ _UNAVAILABLE = {
 # connect (2002, 2003), unknown host (2005), gone or lost (2006, 2013), too many
 # connections (1040), a server shutting down (1053).
 _NO_ANSWER = {1040, 1053, 2002, 2003, 2005, 2006, 2013}
-# Rows per DELETE … RETURNING of a removal (a purge may remove millions).
-_REMOVAL_BATCH = 1000
 # Set on every connection, with the bounds (session_settings). SHOW WARNINGS lists at
 # most max_error_count rows (64 by default), fewer than a 200-row INSERT IGNORE over
 # existing keys raises: every one must be seen.
 _SESSION = {"max_error_count": 65535}
-
-_innodb_transactions = table(
-    "INNODB_TRX",
-    column("trx_started"),
-    column("trx_mysql_thread_id"),
-    schema="information_schema",
-)
-_innodb_metrics = table(
-    "INNODB_METRICS", column("NAME"), column("COUNT"), schema="information_schema"
-)
-# What holds back InnoDB's purge: the oldest transaction open (its read view keeps the
-# undo log of every later one), this read's own left out. One row even when none is open;
-# InnoDB counts no transaction ages (a read-only transaction's id is made up).
-_vacuum_holders = select(
-    literal("transaction").label("kind"),
-    func.coalesce(
-        func.max(
-            func.timestampdiff(
-                literal_column("SECOND"), _innodb_transactions.c.trx_started, func.now()
-            )
-        ),
-        0,
-    ).label("seconds"),
-    null().label("transactions"),
-    null().label("horizon"),
-).where(_innodb_transactions.c.trx_mysql_thread_id != func.connection_id())
-# Purge's lag: committed transactions whose undo log is not yet purged, one per
-# transaction that wrote however many rows (the history list), which grows while an old
-# read view holds them.
-_undo_history = select(_innodb_metrics.c.COUNT).where(
-    _innodb_metrics.c.NAME == "trx_rseg_history_len"
-)
-
-STATEMENTS: Variants = {
-    "groups": {
-        # The keeper's row of a group, unless it exists (a no-op update: INSERT IGNORE
-        # would hide any other error too).
-        "group_enlist": insert(message_groups)
-        .values(queue=bindparam("queue"), messageGroup=bindparam("group"))
-        .on_duplicate_key_update(queue=message_groups.c.queue),
-        # A group's waiting messages from the group index, named: given a priority, the
-        # optimizer may walk the poll's index instead, every group's waiting messages of it.
-        "group_waiting": build_waiting(f"FORCE INDEX ({GROUP_INDEX})"),
-    },
-    "messages": {
-        # INSERT IGNORE, the warnings read after it (the module's docstring).
-        "offer_insert": insert(queue_table).prefix_with("IGNORE").returning(columns.pKey),
-        # The payload's SHA-256 (hex), not the payload: a re-sent key costs 64 bytes of
-        # answer, not up to the payload limit.
-        "stored_offers": keys_in_queue(
-            columns.pKey,
-            func.sha2(columns.payload, 256).label("digest"),
-            columns.scheduledAtInitially,
-            columns.priority,
-            columns.messageGroup,
-            columns.expiresAt,
-        ),
-    },
-    "leases": {
-        # A poll reads the ten ranges of `priority IN (9, …, 0)` of the poll's index, in
-        # its order (no sort), and stops at the LIMIT; named, since the optimizer may
-        # otherwise read the queue through ("pKind", "scheduledAt", "id") and sort every
-        # due row when the ranges look as large as the queue (as lists did: decision 13).
-        "claim_candidates": leases.claim_candidates.with_hint(
-            queue_table, f"FORCE INDEX ({POLL_INDEX})"
-        ),
-        # No partial index of leased messages (revision 0013): a claim in a queue with
-        # `max_leased` reads the messages some lock holds, of every queue, through the
-        # lock index, rather than every message of its queue not yet due through the
-        # poll's (docs/decisions/0026-concurrency-and-rate-limits.md).
-        "limits_leased": leases.limits_leased.with_hint(queue_table, f"FORCE INDEX ({LOCK_INDEX})"),
-    },
-    "cron": {
-        # A cron entry's runs: one range of the unique ("pKey", "pKind") index, as issue
-        # 14 measured. Given "pKind" as it is, the optimizer takes the list index
-        # ("pKind", "pKey") by "pKind" alone (ref, not range: every key of the queue
-        # read), so the other columns it compares are wrapped, which keeps their indexes
-        # out of the plan.
-        "entry_runs": build_entry_runs(unindexed=func.concat),
-    },
-    "lists": {
-        # Lists: cursors written out and indexes named (ListReads): on 1,000,000 messages
-        # a page after a cursor in the middle read 500,000 rows, and a page of scheduled
-        # messages read every ready one first (decision 13).
-        "list_reads": ListReads(expanded=True, forced=True),
-    },
-    # InnoDB's purge: what holds it back, and how far behind it is.
-    "table_health": {"vacuum_holders": _vacuum_holders, "undo_history": _undo_history},
-}
 
 
 class MariaDBInsertError(RuntimeError):
@@ -292,143 +170,22 @@ class MariaDBDialect(Dialect):
     async def remove_recorded(
         self, connection: Connection, removal: Removal, parameters: dict
     ) -> int:
-        # DELETE … RETURNING, then the history rows of exactly what it deleted: at READ
-        # COMMITTED an INSERT … SELECT first would read without locking, and a row
-        # leased again in between would be recorded but not deleted. An acknowledgement
-        # (at most a poll's 1000 messages) takes one DELETE. A larger removal (a purge)
-        # goes on in pages of ids, locked in id order, up to the greatest id there was
-        # when it began: memory stays bounded, and each page starts where the last one
-        # ended instead of stepping again over the rows this transaction deleted.
-        return await self._remove_paged(connection, removal, parameters, record=True)
+        # DELETE … RETURNING, then the history rows of what it deleted (removals.py): at
+        # READ COMMITTED an INSERT … SELECT first would read without locking.
+        return await removals.remove_paged(connection, removal, parameters, record=True)
 
     async def removed_keys(
         self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> list[str]:
-        # DELETE … RETURNING, then the history rows of exactly what it deleted (as in
-        # remove_recorded): reading the keys first would not lock them at READ COMMITTED.
-        # The keys a removal names (at most 1000) fit in one DELETE.
-        gone = (await connection.execute(self._deleting(removal), parameters)).all()
-        if record:
-            await self._record(connection, gone, parameters)
-        return [row.pKey for row in gone]
+        # Likewise: reading the keys first would not lock them at READ COMMITTED.
+        return await removals.removed_keys(connection, removal, parameters, record=record)
 
     async def remove_in_pages(
         self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
     ) -> int:
         # Without the history too: a DELETE of a whole queue could outlast the
         # statement bound (max_statement_time).
-        return await self._remove_paged(connection, removal, parameters, record=record)
-
-    async def _remove_paged(
-        self, connection: Connection, removal: Removal, parameters: dict, *, record: bool
-    ) -> int:
-        gone = (await connection.execute(self._deleting(removal), parameters)).all()
-        if record:
-            await self._record(connection, gone, parameters)
-        removed = len(gone)
-        if removed < _REMOVAL_BATCH:
-            return removed
-        if removal.keys_after is not None:
-            return removed + await self._remove_in_key_pages(connection, removal, parameters)
-        last = (await connection.execute(_LAST_ID, {})).scalar()
-        after = 0
-        while True:
-            page = {**parameters, "after": after, "last": last}
-            ids = (await connection.execute(self._page(removal), page)).scalars().all()
-            if not ids:
-                return removed
-            gone = (
-                await connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids})
-            ).all()
-            if record:
-                await self._record(connection, gone, parameters)
-            removed += len(gone)
-            after = ids[-1]
-
-    async def _remove_in_key_pages(
-        self, connection: Connection, removal: Removal, parameters: dict
-    ) -> int:
-        """The rest of a removal whose rows are one range of keys (a cron entry's runs), in
-        pages of that range: paged by id, the optimizer at times read the whole table in
-        id order for each page instead (4 s beside 1,000,000 messages, for no row)."""
-        removed = 0
-        parameters = dict(parameters)
-        while True:
-            page = (await connection.execute(self._key_page(removal), parameters)).all()
-            if not page:
-                return removed
-            ids = [row.id for row in page]
-            gone = (
-                await connection.execute(self._deleting_ids(removal), {**parameters, "ids": ids})
-            ).all()
-            await self._record(connection, gone, parameters)
-            removed += len(gone)
-            if len(page) < _REMOVAL_BATCH:
-                return removed
-            parameters[removal.keys_after] = page[-1].pKey
-
-    @staticmethod
-    async def _record(connection: Connection, gone: Sequence[Any], parameters: dict) -> None:
-        if gone:
-            finish = (parameters["outcome"], parameters["now"])
-            await connection.execute(
-                _RECORD,
-                [dict(zip(HISTORY_COLUMNS, (*row, *finish), strict=True)) for row in gone],
-            )
-
-    @staticmethod
-    @cache
-    def _deleting(removal: Removal) -> ReturningDelete[Any]:
-        return removal.delete.with_dialect_options(
-            mysql_limit=_REMOVAL_BATCH, mariadb_limit=_REMOVAL_BATCH
-        ).returning(*(columns[name] for name in HISTORY_SOURCE))
-
-    @staticmethod
-    @cache
-    def _page(removal: Removal) -> Select:
-        """The next ids `removal` matches, in order, locked.
-
-        Read along the primary key from where the last page ended, whatever the
-        statistics say: the optimizer otherwise took the queue's own index at times
-        and sorted what was left of the queue for every page (up to 0.9 s a page for
-        300,000 rows, more with more), where the statement bound allows 10 s."""
-        return (
-            select(columns.id)
-            .with_hint(queue_table, "FORCE INDEX (PRIMARY)")
-            .where(
-                removal.where,
-                columns.id > bindparam("after"),
-                columns.id <= bindparam("last"),
-            )
-            .order_by(columns.id)
-            .limit(_REMOVAL_BATCH)
-            .with_for_update()
-        )
-
-    @staticmethod
-    @cache
-    def _key_page(removal: Removal) -> Select:
-        """The next ids and keys `removal` matches, in key order, locked."""
-        return (
-            select(columns.id, columns.pKey)
-            .where(removal.where)
-            .order_by(columns.pKey)
-            .limit(_REMOVAL_BATCH)
-            .with_for_update()
-        )
-
-    @staticmethod
-    @cache
-    def _deleting_ids(removal: Removal) -> ReturningDelete[Any]:
-        """Deleting the rows of a page by id alone: the page's SELECT matched them and
-        locks them until the transaction ends, so no other condition is needed, and
-        one would let the optimizer read the queue by "pKind" (ref) instead of the ids
-        by the primary key, at times (1-4 s a page of 1,000, past the statement bound)."""
-        return (
-            delete(queue_table)
-            .where(columns.id.in_(bindparam("ids", expanding=True)))
-            .returning(*(columns[name] for name in HISTORY_SOURCE))
-        )
+        return await removals.remove_paged(connection, removal, parameters, record=record)
 
     def is_unique_violation(self, error: BaseException) -> bool:
         return _code(error) in (_DUPLICATE_ENTRY, _DUPLICATE_ENTRY_WITH_KEY_NAME)
@@ -457,12 +214,6 @@ class MariaDBDialect(Dialect):
         arguments: tuple[Any, ...] = getattr(error.orig, "args", ())
         reason = str(arguments[1]) if len(arguments) > 1 else first_line(error.orig)
         return error.connection_invalidated or _code(error.orig) in _NO_ANSWER, reason
-
-
-# The greatest id there is (a removal in pages goes no further).
-_LAST_ID = select(func.max(columns.id))
-# The history rows of what a removal deleted, from the rows it returned (executemany).
-_RECORD = insert(delivery_history)
 
 
 def _code(error: BaseException | None) -> int | None:

@@ -1,6 +1,7 @@
-"""PostgreSQL: the dialect (dialect.py), its own pool of psycopg connections awaited
-directly (direct.py), its LISTEN/NOTIFY between processes (peers.py) and its reads of
-the tables' health (table_health.py)."""
+"""PostgreSQL: the dialect (dialect.py), its variants of the rooms' statements, one module
+per room (messages, leases, groups, cron, lists, table_health; common.py what they share)
+and its removals (removals.py), its own pool of psycopg connections awaited directly
+(direct.py), and its LISTEN/NOTIFY between processes (peers.py)."""
 
 from app.storage.dialects.postgresql.dialect import PostgreSQLDialect
 
