@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
+from app.storage.dead_letters import DeadLetters
 from app.storage.dialects import Dialect
 from app.storage.expiry import SqlExpiry
 from app.storage.groups import SqlGroups
@@ -45,8 +46,10 @@ class Storage:
         self.runner = Runner(connections, dialect)
         removals = Removals(self.runner, dialect, record=record_history)
         self.messages = SqlMessages(self.runner, dialect, removals)
-        self.leases = SqlLeases(self.runner, dialect, removals)
-        self.expiry = SqlExpiry(self.runner, dialect, removals, self.leases)
+        # A poll's dead letters and the expiry sweep's go the same way.
+        dead_letters = DeadLetters(self.runner, dialect, removals)
+        self.leases = SqlLeases(self.runner, dialect, removals, dead_letters)
+        self.expiry = SqlExpiry(self.runner, dialect, removals, dead_letters)
         self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
         self.settings = SqlSettings(self.runner, dialect)
         self.groups = SqlGroups(self.runner, dialect)
