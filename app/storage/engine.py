@@ -19,7 +19,8 @@ from app.storage.dialects import Bounds, Dialect, for_engine_url
 from app.storage.dialects.base import PING_AFTER_IDLE_SECONDS
 from app.storage.store import Storage
 
-# Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
+# Rows per multi-row INSERT when SQLAlchemy batches an executemany: at most 200, as a
+# batch offer's (docs/decisions/0004-batch-offers.md).
 INSERT_ROWS_PER_STATEMENT = 200
 
 
