@@ -32,7 +32,7 @@ MAX_POLL_BYTES = Settings.model_fields["max_poll_bytes"].default
 # The statements exactly as the service sends them on PostgreSQL (SQLAlchemy's
 # compilation for psycopg: the same text, casts and parameter names), so that the ceiling
 # runs what the service runs; tests/bench/test_ceiling_statements.py holds them to it.
-# A single offer (app/storage/messages.py).
+# A single offer (app/storage/offers.py).
 OFFER = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
     '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") VALUES '
@@ -41,7 +41,7 @@ OFFER = (
     '%(messageGroup)s::VARCHAR, %(expiresAt)s::BIGINT) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
     'delayed_queue."pKey"'
 )
-# A batch's rows as arrays (app/storage/dialects/postgresql.py).
+# A batch's rows as arrays (app/storage/dialects/postgresql/messages.py).
 OFFER_ROWS = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
     '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") SELECT '
@@ -172,7 +172,7 @@ PREFILL = (
     "SELECT 'prefill-' || g, %(queue)s, %(payload)s, %(due)s + g, %(due)s + g, %(now)s "
     "FROM generate_series(1, %(count)s) AS g"
 )
-# The service's session options (app/storage/dialects/postgresql.py): custom plans.
+# The service's session options (app/storage/dialects/postgresql/dialect.py): custom plans.
 SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 # Rows per INSERT in a batch, as the store sends them (no lookup of existing keys first:
 # docs/decisions/0008-batch-offers-insert-first.md).
@@ -313,7 +313,7 @@ class CeilingTarget(_HourglassTable):
         self.name = name
 
     async def worker(self, *, ack_on_poll: bool = False) -> CeilingWorker:
-        # As the service does (app/storage/dialects/postgresql.py): custom plans,
+        # As the service does (app/storage/dialects/postgresql/dialect.py): custom plans,
         # arrays in binary.
         connection = await psycopg.AsyncConnection.connect(
             self.dsn, autocommit=True, options=SESSION_OPTIONS

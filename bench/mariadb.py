@@ -4,7 +4,7 @@
     python -m bench.mariadb --quick         # 1 short round: does it run?
 
 The ceiling sends the statements the service sends on MariaDB
-(app/storage/dialects/mariadb.py and app/storage/statements/, written out here):
+(app/storage/dialects/mariadb/ and app/storage/statements/, written out here):
 the same text, the same transactions and commits, the history recorded on every
 acknowledgement, through mysqlclient on one connection per client thread, with
 no HTTP, no JSON and no SQLAlchemy. The service runs as `hourglass serve` on the

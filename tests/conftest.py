@@ -316,12 +316,12 @@ def batch_insert_path(request: pytest.FixtureRequest, database: Database, monkey
     straight to the store, goes through the bulk path, so its outcomes, rows and counts
     are held to the batch offer's tests."""
     from app.storage.dialects import for_engine_url
-    from app.storage.messages import SqlMessages
+    from app.storage.offers import Offers
 
     if request.param == "bulk":
         if for_engine_url(database.url).bulk_rows is None:
             pytest.skip(f"{database.name} has no bulk path: offer_bulk is offer_many there")
-        monkeypatch.setattr(SqlMessages, "_insert_in_chunks", SqlMessages._insert_in_bulk)
+        monkeypatch.setattr(Offers, "_insert_in_chunks", Offers._insert_in_bulk)
     return request.param
 
 

@@ -204,7 +204,7 @@ class QueueStorage(Protocol):
 
 class Peers(Protocol):
     """The other processes serving the same database, told after a commit that a queue may
-    have a message due soon (on PostgreSQL by NOTIFY, app/storage/dialects/postgresql_peers.py;
+    have a message due soon (on PostgreSQL by NOTIFY, app/storage/dialects/postgresql/peers.py;
     on other databases there are none, and their long polls rely on re-checks)."""
 
     def tell(self, queue: str | None) -> None:

@@ -9,7 +9,7 @@ once, and the rest wait, up to the lock bound, then the database is reported bus
 Turns are shared out by queue. A queue whose rows are locked from outside keeps
 every call of its own waiting on the lock; without a share, a dozen clients
 retrying there would hold every connection, and every other queue and /readyz
-would answer 503 (issue 14). So the last fifth of the turns (two of the default
+would answer 503 (docs/decisions/0012-bounded-waits.md). So the last fifth of the turns (two of the default
 ten) goes only to a queue that holds none yet: the other queues always find one.
 The readiness check has a turn and a connection of its own besides, so /readyz
 answers while every other call waits on a locked table.

@@ -3,7 +3,7 @@ statement awaited at a time, its rows read whole), the `Connections` that hand o
 a piece of work, and the two failures the runner acts on (`TransientConflict`, `KeyTaken`).
 
 Two kinds stand behind it (docs/decisions/0022-one-hop-per-request.md):
-- PostgreSQL's own (app/storage/dialects/postgresql_direct.py): psycopg's asyncio
+- PostgreSQL's own (app/storage/dialects/postgresql/direct.py): psycopg's asyncio
   connections from the service's own pool, awaited directly;
 - SQLAlchemy's engine, for SQLite and MariaDB, whose drivers block: `ThreadedConnections`
   below, each statement run on a thread of its own pool while the event loop goes on.

@@ -20,7 +20,7 @@ from app.domain.messages import Offer
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
-from app.storage.messages import Inserts
+from app.storage.inserts import Inserts
 from app.storage.runner import Runner
 
 

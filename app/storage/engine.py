@@ -1,5 +1,5 @@
 """Builds the Storage for a database URL: on the dialect's own connections (PostgreSQL's
-pool, app/storage/dialects/postgresql_direct.py), or on a SQLAlchemy engine's, each call
+pool, app/storage/dialects/postgresql/direct.py), or on a SQLAlchemy engine's, each call
 on a thread (SQLite, MariaDB)."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from app.storage.dialects import Bounds, Dialect, for_engine_url
 from app.storage.dialects.base import PING_AFTER_IDLE_SECONDS
 from app.storage.store import Storage
 
-# Rows per multi-row INSERT when SQLAlchemy batches an executemany (SPEC §2: ≤ 200).
+# Rows per multi-row INSERT when SQLAlchemy batches an executemany: at most 200, as a
+# batch offer's (docs/decisions/0004-batch-offers.md).
 INSERT_ROWS_PER_STATEMENT = 200
 
 
@@ -71,7 +72,7 @@ def _ping_doubtful_connections(
     doubt: it was idle for more than a second (a proxy or the network may have
     dropped it meanwhile). A failed ping makes the pool open a new one. (PostgreSQL's
     own pool also reads, without a round trip, whether the server wrote to an idle
-    connection: app/storage/dialects/postgresql_direct.py.)
+    connection: app/storage/dialects/postgresql/direct.py.)
     """
 
     @event.listens_for(engine, "checkin")

@@ -10,9 +10,9 @@ from typing import Any
 
 from app.domain.messages import DEAD_LETTER_SUFFIX, Finish, Swept
 from app.storage.connection import Connection
+from app.storage.dead_letters import DeadLetters
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
-from app.storage.leases import SqlLeases
 from app.storage.runner import Runner
 
 
@@ -21,12 +21,12 @@ class SqlExpiry:
     those another transaction holds, so two replicas never take one message."""
 
     def __init__(
-        self, runner: Runner, dialect: Dialect, removals: Removals, leases: SqlLeases
+        self, runner: Runner, dialect: Dialect, removals: Removals, dead_letters: DeadLetters
     ) -> None:
         self.runner = runner
         self.statements = dialect.statements.leases.expiry
         self.removals = removals
-        self.leases = leases
+        self.dead_letters = dead_letters
 
     async def expire(self, now: int, limit: int) -> Swept:
         """Move or remove up to `limit` messages whose expiry is at or before `now`, the
@@ -60,7 +60,7 @@ class SqlExpiry:
                 dead_lock_id = str(uuid.uuid4())
                 held = {"ids": ids, "dead_lock_id": dead_lock_id}
                 await connection.execute(self.statements.hold, held)
-                gone = await self.leases.move_dead_letters(
+                gone = await self.dead_letters.move(
                     connection, queue, dead_lock_id, dead_letter_queue, now, expired=True
                 )
                 if gone:

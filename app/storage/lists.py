@@ -1,5 +1,6 @@
 """Lists: a queue's messages a page at a time (by due time, or by key prefix in key
-order, of one state or all) and its delivery history, newest first (SPEC §8).
+order, of one state or all) and its delivery history, newest first
+(docs/guide/messages.md tells what a list shows).
 
 Every page is a keyset read: an index leads to the first row after the cursor
 (decision 13), so a page costs what its rows cost, whatever the queue's size. Its

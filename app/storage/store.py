@@ -19,10 +19,12 @@ from collections.abc import Callable
 
 from app.storage.connection import Connections, SchemaMissing
 from app.storage.cron_entries import SqlCronEntries
+from app.storage.dead_letters import DeadLetters
 from app.storage.dialects import Dialect
 from app.storage.expiry import SqlExpiry
 from app.storage.groups import SqlGroups
 from app.storage.history import Removals, SqlHistory
+from app.storage.inserts import Inserts
 from app.storage.leases import SqlLeases
 from app.storage.lists import SqlLists
 from app.storage.messages import SqlMessages
@@ -44,10 +46,14 @@ class Storage:
         # The one way their statements run: transactions, retries.
         self.runner = Runner(connections, dialect)
         removals = Removals(self.runner, dialect, record=record_history)
-        self.messages = SqlMessages(self.runner, dialect, removals)
-        self.leases = SqlLeases(self.runner, dialect, removals)
-        self.expiry = SqlExpiry(self.runner, dialect, removals, self.leases)
-        self.cron = SqlCronEntries(self.runner, dialect, removals, self.messages.inserts)
+        # New messages go in the same way whether offered or installed by cron.
+        inserts = Inserts(dialect)
+        self.messages = SqlMessages(self.runner, dialect, removals, inserts)
+        # A poll's dead letters and the expiry sweep's go the same way.
+        dead_letters = DeadLetters(self.runner, dialect, removals)
+        self.leases = SqlLeases(self.runner, dialect, removals, dead_letters)
+        self.expiry = SqlExpiry(self.runner, dialect, removals, dead_letters)
+        self.cron = SqlCronEntries(self.runner, dialect, removals, inserts)
         self.settings = SqlSettings(self.runner, dialect)
         self.groups = SqlGroups(self.runner, dialect)
         self.history = SqlHistory(self.runner, dialect)

@@ -50,13 +50,13 @@ delayed_queue = Table(
     Column("scheduledAtInitially", BigInteger, nullable=False),
     Column("createdAt", BigInteger, nullable=False),
     Column("lockUuid", String(36), nullable=True),
-    # Added by revision 0004 (issue 6): deliveries in the current queue, when the
+    # Added by revision 0004 (decision 7): deliveries in the current queue, when the
     # first and the last happened, and for a dead letter the queue it came from.
     Column("deliveries", Integer, nullable=False, server_default=text("0")),
     Column("firstDeliveredAt", BigInteger, nullable=True),
     Column("lastDeliveredAt", BigInteger, nullable=True),
     Column("deadLetteredFrom", String(100), nullable=True),
-    # Added by revision 0009 (issue 20): 0-9, higher first among due messages.
+    # Added by revision 0009 (decision 17): 0-9, higher first among due messages.
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     # Added by revision 0012: the message's group, if any. A grouped message not among
     # its group's next ones waits with its priority p stored as -1 - p, outside the
@@ -164,7 +164,7 @@ expiry_index = Index(
     sqlite_where=delayed_queue.c.expiresAt.is_not(None),
 )
 
-# Cron entries (issue 4), one per name within a queue. `schedule` is the
+# Cron entries (decision 6), one per name within a queue. `schedule` is the
 # schedule's JSON (rule and time zone); `configHash` identifies schedule, zone
 # and payload, and is part of every run's message key. Times are epoch ms.
 cron_entries = Table(
@@ -176,7 +176,7 @@ cron_entries = Table(
     Column("payload", _PAYLOAD_TYPE, nullable=False),
     Column("configHash", String(16), nullable=False),
     Column("lookaheadMs", BigInteger, nullable=True),
-    # Added by revision 0009 (issue 20): the priority of every run it installs.
+    # Added by revision 0009 (decision 17): the priority of every run it installs.
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("createdAt", BigInteger, nullable=False),
     Column("updatedAt", BigInteger, nullable=False),
@@ -190,7 +190,8 @@ cron_entries = Table(
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
-# Per-queue settings (issue 6); a queue without a row has the defaults.
+# Per-queue settings (lease, delivery limit, dead-letter queue, and what later revisions
+# added below); a queue without a row has the defaults.
 queue_settings = Table(
     "queue_settings",
     metadata,
@@ -199,14 +200,14 @@ queue_settings = Table(
     Column("maxDeliveries", Integer, nullable=True),
     Column("deadLetterQueue", String(100), nullable=True),
     Column("updatedAt", BigInteger, nullable=False),
-    # Added by revision 0007 (issue 17): the delays of releases that name none
+    # Added by revision 0007 (decision 14): the delays of releases that name none
     # (app/domain/messages.py: RetryPolicy), all four set or all null (no policy).
     # DOUBLE, not FLOAT: MariaDB's FLOAT has 24 bits, and 1.1 would read back as 1.10000002.
     Column("retryInitialDelayMs", BigInteger, nullable=True),
     Column("retryMaxDelayMs", BigInteger, nullable=True),
     Column("retryMultiplier", Double, nullable=True),
     Column("retryJitter", Double, nullable=True),
-    # Added by revision 0008 (issue 18): where the queue pushes its messages
+    # Added by revision 0008 (decision 16): where the queue pushes its messages
     # (app/domain/messages.py: PushTarget), all three set or all null (no push).
     Column("pushUrl", String(2048), nullable=True),
     Column("pushTimeoutMs", BigInteger, nullable=True),
@@ -274,7 +275,7 @@ delivery_starts = Table(
     **MARIADB_TABLE_OPTIONS,  # InnoDB, utf8mb4, keys compared exactly
 )
 
-# One row per message that left a queue (issue 6): acknowledged, dead-lettered or
+# One row per message that left a queue (decision 7): acknowledged, dead-lettered or
 # dropped, written in the transaction that removed it. `scheduledAt` is the time
 # the producer asked for; `outcome` is a FinishOutcome (app/domain/messages.py).
 delivery_history = Table(

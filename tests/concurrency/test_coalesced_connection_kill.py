@@ -187,13 +187,13 @@ def test_a_killed_shared_statement_fails_exactly_its_callers(store, admin, postg
 
 
 class Arrivals:
-    """Wraps the service's coalesced single inserts (`SqlMessages._insert`): tells the test
+    """Wraps the service's coalesced single inserts (`Offers._insert`): tells the test
     each key as its request reaches them, within the step in which it joins the line."""
 
-    def __init__(self, messages: Any) -> None:
-        self._coalesced = messages._insert
+    def __init__(self, offers: Any) -> None:
+        self._coalesced = offers._insert
         self.keys: queue.Queue[str] = queue.Queue()
-        messages._insert = self
+        offers._insert = self
 
     async def __call__(self, item: tuple[str, Offer, int]) -> bool:
         self.keys.put(item[1].key)
@@ -221,7 +221,7 @@ def test_over_http_the_callers_of_a_killed_shared_statement_get_503_with_retry_a
         serving(app) as (port, _server),
         ThreadPoolExecutor(4) as pool,
     ):
-        arrivals = Arrivals(app.state.service.storage.messages)
+        arrivals = Arrivals(app.state.service.storage.messages.offers)
         base = f"http://127.0.0.1:{port}"
         h1 = pool.submit(put, base, "h1")
         assert arrivals.next() == "h1"

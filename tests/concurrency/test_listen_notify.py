@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.main import create_app
-from app.storage.dialects import postgresql_peers
+from app.storage.dialects.postgresql import peers as postgresql_peers
 from tests.conftest import truncate_all
 from tests.support.helpers import keys_of, poll, put, wait_until
 

@@ -374,7 +374,7 @@ def test_a_failed_move_keeps_the_poll_and_is_tried_again(store, monkeypatch):
     async def database_gone(*_arguments):
         raise StorageUnavailable("the database is unavailable; retry shortly")
 
-    monkeypatch.setattr(store.storage.leases, "_dead_letter", database_gone)
+    monkeypatch.setattr(store.storage.leases.dead_letters, "after_poll", database_gone)
     claim = poll_store(2, later, lease_ms=3_600_000)
     assert [d.message.key for d in claim.deliveries] == ["new"]  # delivered all the same
     assert claim.dead_lettered == 0

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from app.domain.messages import IfExists, Offer
-from app.storage import messages
+from app.storage import offers as offers_module
 from app.storage.store import Storage
 from tests.conftest import START_MS
 from tests.support.helpers import stored_rows
@@ -72,7 +72,7 @@ def test_a_bulk_transaction_carries_at_most_bulk_bytes(store: Storage, clean_dat
     same outcomes and rows as offer_many."""
     if store.dialect.bulk_rows is None:
         pytest.skip(f"{clean_database.name} has no bulk path: offer_bulk is offer_many there")
-    monkeypatch.setattr(messages, "BULK_BYTES", 3 * (2 * 1000 + 1024))  # three such rows
+    monkeypatch.setattr(offers_module, "BULK_BYTES", 3 * (2 * 1000 + 1024))  # three such rows
     pieces: list[int] = []
     insert_bulk = store.dialect.insert_bulk
 

@@ -20,7 +20,7 @@ from app.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, Settings
 from app.domain.errors import StorageUnavailable
 from app.storage.blocking import create_blocking_storage
 from app.storage.dialects import for_engine_url
-from app.storage.dialects.postgresql_peers import LISTENER_NAME, SENDER_NAME, PostgresPeers
+from app.storage.dialects.postgresql.peers import LISTENER_NAME, SENDER_NAME, PostgresPeers
 from app.storage.engine import bounds_of as settings_bounds
 from app.storage.engine import create_unpooled_engine
 from app.storage.schema import upgrade_to_head
@@ -58,7 +58,7 @@ def _settings(url: str, **overrides: Any) -> Settings:
 
 
 def test_the_storage_connections_bound_their_sessions(server):
-    # PostgreSQL: the service's own pool (postgresql_direct.py); MariaDB: an engine's, on
+    # PostgreSQL: the service's own pool (postgresql/direct.py); MariaDB: an engine's, on
     # threads. The import's executors and the report's schema check use the same.
     name, url = server
     store = create_blocking_storage(_settings(url))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from app.queue.notifier import LONGEST_WAIT_MS, Notifier
-from app.storage.dialects.postgresql_peers import EVERY_QUEUE, MOST_NAMES_AT_ONCE, PostgresPeers
+from app.storage.dialects.postgresql.peers import EVERY_QUEUE, MOST_NAMES_AT_ONCE, PostgresPeers
 from tests.conftest import START_MS, FakeClock
 
 

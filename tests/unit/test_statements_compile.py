@@ -5,9 +5,9 @@ resolved per dialect (`dialect.statements.<room>`, a dialect's variant in place 
 shared one), every Core statement in it (a `Removal`'s, a group's such as `KeyedLocks`,
 a mapping's such as PostgreSQL's `claims`); every page a list can ask for (each
 ListState, by key or by due time, after a cursor or not, since a walk's start or not,
-bounded or not; each history filter); a dialect module's own statements (PostgreSQL's
-batch arrays, staging table, removal cursor) and what its removal builders make of every
-removal. PostgreSQL's compile is its direct path's own (`DirectStatements`), which refuses
+bounded or not; each history filter); a dialect's own statements (PostgreSQL's batch
+arrays, staging table, removal cursor, in its package's modules) and what its removal
+builders make of every removal. PostgreSQL's compile is its direct path's own (`DirectStatements`), which refuses
 an expanding IN and positional parameters: a statement PostgreSQL would run but could not
 fails here, at once.
 """
@@ -25,16 +25,35 @@ from sqlalchemy import create_engine
 from sqlalchemy.sql import Executable
 
 from app.domain.pages import ListState
-from app.storage.dialects import mariadb, postgresql, sqlite
+from app.storage.dialects import sqlite
 from app.storage.dialects.base import Dialect
-from app.storage.dialects.postgresql_direct import DirectStatements
-from app.storage.statements import ROOMS, common, resolved
+from app.storage.dialects.mariadb import MariaDBDialect
+from app.storage.dialects.mariadb import removals as mariadb_removals
+from app.storage.dialects.mariadb import statements as mariadb_statements
+from app.storage.dialects.postgresql import (
+    PostgreSQLDialect,
+    common,
+    cron,
+    groups,
+    leases,
+    lists,
+    messages,
+    removals,
+    table_health,
+)
+from app.storage.dialects.postgresql.direct import DirectStatements
+from app.storage.statements import ROOMS, resolved
+from app.storage.statements import common as shared
 from app.storage.statements.common import Removal
 
-DIALECTS: dict[str, tuple[type[Dialect], ModuleType]] = {
-    "sqlite": (sqlite.SQLiteDialect, sqlite),
-    "mariadb": (mariadb.MariaDBDialect, mariadb),
-    "postgresql": (postgresql.PostgreSQLDialect, postgresql),
+# Each dialect, with the modules that hold its statements.
+DIALECTS: dict[str, tuple[type[Dialect], tuple[ModuleType, ...]]] = {
+    "sqlite": (sqlite.SQLiteDialect, (sqlite,)),
+    "mariadb": (MariaDBDialect, (mariadb_statements, mariadb_removals)),
+    "postgresql": (
+        PostgreSQLDialect,
+        (common, messages, leases, groups, cron, lists, table_health, removals),
+    ),
 }
 # The SQLAlchemy dialects the engines use (app/storage/engine.py), none connected.
 _COMPILERS = {
@@ -67,7 +86,7 @@ def statements_in(value: Any) -> Iterator[Any]:
 
 def _room_statements() -> Iterator[tuple[str, str, str, Any]]:
     """(dialect, room, name, statement) of every statement each dialect resolves."""
-    for dialect, (cls, _module) in DIALECTS.items():
+    for dialect, (cls, _modules) in DIALECTS.items():
         for room in ROOMS:
             namespace: SimpleNamespace = getattr(cls.statements, room)
             for name, value in vars(namespace).items():
@@ -77,7 +96,7 @@ def _room_statements() -> Iterator[tuple[str, str, str, Any]]:
 
 def _list_pages() -> Iterator[tuple[str, str, Any]]:
     """(dialect, combination, statement) of every page each dialect's lists build."""
-    for dialect, (cls, _module) in DIALECTS.items():
+    for dialect, (cls, _modules) in DIALECTS.items():
         lists = cls.statements.lists
         for state, by_key, after, since, bounded in itertools.product(
             ListState, (False, True), (False, True), (False, True), (False, True)
@@ -121,33 +140,39 @@ def _removals(cls: type[Dialect]) -> list[Removal]:
 
 
 def _dialect_own() -> Iterator[tuple[str, str, Any]]:
-    """(dialect, name, statement) of a dialect module's own statements: those at its
-    top level, and what its removal builders make of each removal its rooms run."""
-    for dialect, (cls, module) in DIALECTS.items():
-        for name, value in sorted(vars(module).items()):
-            if name == "STATEMENTS" or isinstance(value, ModuleType):
-                continue
-            for index, statement in enumerate(statements_in(value)):
-                yield dialect, f"{name}[{index}]", statement
-    removals = _removals(postgresql.PostgreSQLDialect)
-    for index, removal in enumerate(removals):
-        dialect = postgresql.PostgreSQLDialect()
-        yield "postgresql", f"recorded_delete[{index}]", dialect.recorded_delete(removal)
-        yield "postgresql", f"_removal_cursor[{index}]", postgresql._removal_cursor(removal)
+    """(dialect, name, statement) of a dialect's own statements: those at the top level
+    of its modules (its variants aside: the rooms' tests compile those), and what its
+    removal builders make of each removal its rooms run."""
+    for dialect, (_cls, modules) in DIALECTS.items():
+        for module in modules:
+            place = module.__name__.rpartition(".")[2]
+            for name, value in sorted(vars(module).items()):
+                if name in ("STATEMENTS", "VARIANTS") or isinstance(value, ModuleType):
+                    continue
+                for index, statement in enumerate(statements_in(value)):
+                    yield dialect, f"{place}.{name}[{index}]", statement
+    for index, removal in enumerate(_removals(PostgreSQLDialect)):
+        yield "postgresql", f"recorded_delete[{index}]", removals.recorded_delete(removal)
+        yield "postgresql", f"removal_cursor[{index}]", removals.removal_cursor(removal)
         for record in (False, True):
             yield (
                 "postgresql",
-                f"_removed_keys[{index},{record}]",
-                (postgresql._removed_keys(removal, record)),
+                f"removed_keys[{index},{record}]",
+                removals.removed_keys(removal, record),
             )
             yield (
                 "postgresql",
-                f"_removal_page[{index},{record}]",
-                (postgresql._removal_page(removal, record)),
+                f"removal_page[{index},{record}]",
+                removals.removal_page(removal, record),
             )
-    maria = mariadb.MariaDBDialect
-    for index, removal in enumerate(_removals(maria)):
-        for builder in (maria._deleting, maria._page, maria._key_page, maria._deleting_ids):
+    builders = (
+        mariadb_removals.deleting,
+        mariadb_removals.id_page,
+        mariadb_removals.key_page,
+        mariadb_removals.deleting_ids,
+    )
+    for index, removal in enumerate(_removals(MariaDBDialect)):
+        for builder in builders:
             yield "mariadb", f"{builder.__name__}[{index}]", builder(removal)
 
 
@@ -194,7 +219,7 @@ def test_what_no_room_shares_every_dialect_gives():
         optional = getattr(module, "OPTIONAL", frozenset())
         for name in module.__all__:
             if getattr(module, name) is None and name not in optional:
-                for dialect, (cls, _module) in DIALECTS.items():
+                for dialect, (cls, _modules) in DIALECTS.items():
                     given = getattr(getattr(cls.statements, room), name)
                     assert given is not None, f"{dialect} gives no {room}.{name}"
 
@@ -203,12 +228,14 @@ def test_postgresql_runs_no_shared_statement_its_direct_path_cannot():
     # Each statement PostgreSQL resolves, shared or its own, compiles on its direct
     # path (the parametrised tests above); what it does not run is None, and only the
     # select-then-update claim is, and InnoDB's undo history, which PostgreSQL has not.
-    leases = postgresql.PostgreSQLDialect.statements.leases
-    assert leases.claims and set(leases.claims) == set(itertools.product((False, True), repeat=2))
+    resolved_leases = PostgreSQLDialect.statements.leases
+    assert resolved_leases.claims and set(resolved_leases.claims) == set(
+        itertools.product((False, True), repeat=2)
+    )
     never_run = {
         f"{room}.{name}"
         for room in ROOMS
-        for name, value in vars(getattr(postgresql.PostgreSQLDialect.statements, room)).items()
+        for name, value in vars(getattr(PostgreSQLDialect.statements, room)).items()
         if value is None
     }
     assert never_run == {
@@ -226,7 +253,7 @@ def test_each_database_reads_the_tables_health_it_has():
         dialect: {
             name for name, value in vars(cls.statements.table_health).items() if value is not None
         }
-        for dialect, (cls, _module) in DIALECTS.items()
+        for dialect, (cls, _modules) in DIALECTS.items()
     }
     assert given == {
         "postgresql": {"table_vacuums", "vacuum_holders"},
@@ -254,7 +281,7 @@ def test_every_statement_of_a_room_module_is_in_its_index():
         imported = {
             name
             for name, value in vars(module).items()
-            for other in (common, *ROOMS.values())
+            for other in (shared, *ROOMS.values())
             if other is not module and getattr(other, name, None) is value
         }
         missing = built - imported - set(module.__all__)

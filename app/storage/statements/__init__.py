@@ -5,8 +5,8 @@ Each room's module (`messages`, `leases`, `cron`, `settings`, `groups`, `history
 `table_health`) holds its statements as Core objects built once, each with why, and lists
 them in `__all__`; `common` holds what the rooms share (the columns and conditions, a
 removal, the history row). A dialect whose database needs a statement written otherwise
-declares its variant under the same name in its own module (app/storage/dialects/<db>.py),
-room by room:
+declares its variant under the same name in its own modules (app/storage/dialects/<db>: a
+module, or a package of them), room by room:
 
     STATEMENTS = {"leases": {"claimed_payloads": …}, "messages": {"offer_insert": …}}
 

@@ -2,7 +2,7 @@
 installed (one range of keys in byte order, read and deleted as one).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name.
+modules (app/storage/dialects/<db>) under the same name.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def build_entry_runs(
     that do, and `also`, further conditions its indexes need; `unindexed` wraps the
     other columns compared, to keep their indexes out of the plan. The bounds
     (app/cron/schedule.py: run_key_range) make an entry's runs one range of an index,
-    whatever else the queue holds: a LIKE alone was a scan of the queue (issue 14: an
-    uninstall took 1.7-2.2 s beside 100,000 messages on MariaDB, 37 ms on PostgreSQL).
+    whatever else the queue holds: a LIKE alone was a scan of the queue (an uninstall
+    took 1.7-2.2 s beside 100,000 messages on MariaDB, 37 ms on PostgreSQL).
     The pattern (run_key_pattern) then drops the runs of entries named `name/…`, whose
     keys are in the range too. Both compare case-sensitively.
     """

@@ -4,7 +4,7 @@ taken, their fronts and first waiting messages read, messages moved into or out 
 fronts) (docs/decisions/0027-message-groups.md).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name. The lists ("groups", "ids")
+modules (app/storage/dialects/<db>) under the same name. The lists ("groups", "ids")
 are expanding INs here; PostgreSQL's direct path binds arrays instead (build_lists).
 """
 

@@ -2,7 +2,7 @@
 records there is app/storage/statements/common.py's `Removal`.)
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name.
+modules (app/storage/dialects/<db>) under the same name.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 acknowledge, extend and release by lock id (all that a lock holds, or some of its keys).
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name. What a claim returns and how
+modules (app/storage/dialects/<db>) under the same name. What a claim returns and how
 it runs without RETURNING is app/storage/claims.py.
 """
 
@@ -199,7 +199,7 @@ limits_started_prune = delete(delivery_starts).where(
 
 # A poll that cannot answer gives back a row it took, by id ("claimed_id"), while its
 # lock still holds it: every column the claim set as it was (an expired lease still
-# belongs to its holder until a poll takes it, SPEC §2, so its lock comes back too).
+# belongs to its holder until a poll takes it, so its lock comes back too).
 claim_give_back = (
     update(queue_table)
     .where(columns.id == bindparam("claimed_id"), columns.lockUuid == bindparam("lock_id"))
@@ -314,7 +314,7 @@ def listed(column: Any, name: str) -> Any:
 @dataclass(frozen=True, eq=False)
 class KeyedLocks:
     """The statements over some keys of what one lock holds (per-key acknowledge and
-    release, SPEC §10): the lock ("lock_id") and queue ("queue") as for the whole lock,
+    release, decision 14): the lock ("lock_id") and queue ("queue") as for the whole lock,
     the keys bound as one list ("keys"). A key the lock no longer holds (acknowledged,
     updated since, or its lease run out and taken by another poll) matches nothing,
     exactly as the whole lock's statements fence it."""

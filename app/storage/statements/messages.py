@@ -3,7 +3,7 @@ compare-and-swap, a batch's stored offers), reading and deleting one by key, a q
 next due time and stats, and purging a queue.
 
 Built once as Core objects with bound parameters; a dialect's variant of one is in its
-module (app/storage/dialects/<db>.py) under the same name.
+modules (app/storage/dialects/<db>) under the same name.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ message and history tables (read at scrape time for /metrics).
 
 No statement is shared: each database has its own views of its upkeep, so every one here
 is None, and a dialect that has the reading gives its variant under the same name in its
-module (app/storage/dialects/<db>.py); one that has not leaves it None, and storage reads
+modules (app/storage/dialects/<db>); one that has not leaves it None, and storage reads
 nothing there (docs/decisions/0024-table-health.md says what each database offers).
 Each answers in the columns named below.
 """

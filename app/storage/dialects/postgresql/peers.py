@@ -1,6 +1,8 @@
 """PostgreSQL's peers: the processes serving one database tell each other, by NOTIFY on one
 channel, which queues may have a message due soon, and each listens (LISTEN) on a
-connection of its own to wake its long polls (SPEC §14, decision 19).
+connection of its own to wake its long polls: a message offered through one replica
+wakes the long polls waiting on another (docs/decisions/0019-listen-notify.md,
+docs/operations/scaling.md).
 
 Notifications are sent after the change committed, from a connection of their own,
 never inside the offering transaction: PostgreSQL serialises the commits of
