@@ -61,8 +61,7 @@ POLL = b'{"max":1}'
 OFFER = b'{"payload":' + PAYLOAD + b',"delay":3600}'
 # The targets for calls per request, and the counts recorded when they were set
 # (2026-11-27, Hourglass at b198894, against a floor that was not this module's);
-# bench/RESULTS.md, "The request path against the floor of our stack", has this
-# module's counts since.
+# bench/RESULTS.md has this module's counts since.
 TARGETS = {"hourglass-poll": 650, "hourglass-offer": 750}
 RECORDED = {
     "bare": 7,

@@ -9,7 +9,7 @@ the service answers; around the router, ServerErrorMiddleware, one pure ASGI lay
 (a request id, a counter, a histogram), ExceptionMiddleware and FastAPI's
 AsyncExitStackMiddleware, as the service's own stack (app/api/edge.py) minus its
 body bounds. What Hourglass spends beyond this is what its own code adds
-(bench/RESULTS.md, "The request path against the floor of our stack"):
+(its figures are in bench/RESULTS.md):
 
     HOURGLASS_FLOOR_DSN=postgresql://root@127.0.0.1:5432/hourglass_probe \\
         uvicorn bench.floor:app --port 8183 --no-access-log --loop uvloop --http httptools
