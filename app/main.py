@@ -29,7 +29,8 @@ from app.periodic import Periodic
 from app.push.dispatcher import PushDispatcher
 from app.queue.lists import QueueLists
 from app.queue.notifier import Notifier
-from app.queue.service import EXPIRY_SWEEP_BATCH, QueueService
+from app.queue.service import QueueService
+from app.queue.upkeep import EXPIRY_SWEEP_BATCH
 from app.storage.calls import StorageCalls
 from app.storage.engine import create_storage
 
@@ -131,21 +132,23 @@ def create_app(
         retention_ms = round(settings.history_retention * 1000)
         pruner = Periodic(
             "history_prune",
-            lambda stopping: service.prune_history(retention_ms, HISTORY_PRUNE_BATCH, stopping),
+            lambda stopping: service.upkeep.prune_history(
+                retention_ms, HISTORY_PRUNE_BATCH, stopping
+            ),
             HISTORY_PRUNE_SECONDS,
             failed=metrics.error,
         )
         app.state.history_pruner = pruner
         sweeper = Periodic(
             "expiry_sweep",
-            lambda stopping: service.expire(EXPIRY_SWEEP_BATCH, stopping),
+            lambda stopping: service.upkeep.expire(EXPIRY_SWEEP_BATCH, stopping),
             EXPIRY_SWEEP_SECONDS,
             failed=metrics.error,
         )
         app.state.expiry_sweeper = sweeper
         dispatcher = PushDispatcher(
             service,
-            allowed=service.push_allowed,
+            allowed=service.settings.push_allowed,
             secrets=parse_secrets(settings.push_secrets),
             events=metrics,
         )

@@ -379,7 +379,7 @@ class PushDispatcher:
         self.settled_listeners: list[SettledListener] = []
 
     def start(self) -> None:
-        self.service.settings_listeners.append(self._settings_changed)
+        self.service.settings.listeners.append(self._settings_changed)
         self._task = asyncio.create_task(self._refresh_loop(), name="push_refresh")
 
     def request_stop(self) -> None:
@@ -395,7 +395,7 @@ class PushDispatcher:
         their messages, due now."""
         self.request_stop()
         with contextlib.suppress(ValueError):
-            self.service.settings_listeners.remove(self._settings_changed)
+            self.service.settings.listeners.remove(self._settings_changed)
         if self._task is not None:
             await self._task
         pushers = [*self.pushers.values(), *self._retired]
@@ -406,7 +406,7 @@ class PushDispatcher:
     async def refresh(self) -> None:
         """Read which queues push, and start or stop their pushers to match."""
         began_at = self._changes
-        pushing = await self.service.pushing_queues()
+        pushing = await self.service.settings.pushing()
         wanted = {settings.queue: settings for settings in pushing}
         for queue in set(self.pushers) | set(wanted):
             if self._changed_at.get(queue, -1) > began_at:

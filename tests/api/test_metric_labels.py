@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from app.main import create_app
-from app.queue import service as service_module
+from app.queue import settings as settings_module
 from app.storage.schema import upgrade_to_head
 from tests.conftest import FakeClock
 
@@ -29,11 +29,11 @@ def test_made_up_methods_are_labelled_other(tmp_path):
 
 
 def test_the_settings_cache_keeps_the_latest_reads_when_full(tmp_path, monkeypatch):
-    monkeypatch.setattr(service_module, "_SETTINGS_CACHE_SIZE", 3)
+    monkeypatch.setattr(settings_module, "_SETTINGS_CACHE_SIZE", 3)
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     upgrade_to_head(url)
     app = create_app(Settings(database_url=url, auto_migrate=False), clock=FakeClock())
     with TestClient(app) as client:
         for index in range(5):  # none expires: the clock stands still
             assert client.post(f"/v1/queues/made-up-{index}/poll", json={}).status_code == 200
-        assert list(app.state.service._settings) == ["made-up-2", "made-up-3", "made-up-4"]
+        assert list(app.state.service.settings.cache) == ["made-up-2", "made-up-3", "made-up-4"]

@@ -455,7 +455,7 @@ def test_a_run_past_its_ttl_is_never_delivered_and_the_sweep_takes_it(client, cl
     first, second = (parse_timestamp(run) for run in entry["next_runs"][:2])
     clock.advance((first + 30_000 - clock.now_ms()) / 1000)  # the first run's expiry
     assert poll(client, "q", max=10)["messages"] == []
-    assert client.portal.call(client.app.state.service.expire, 500) == 1
+    assert client.portal.call(client.app.state.service.upkeep.expire, 500) == 1
     assert [(row["key"], row["outcome"]) for row in history_rows(database.url)] == [
         (run_key("tick", entry["config_hash"], first), "expired")
     ]

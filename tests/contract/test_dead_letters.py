@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Offer, QueueSettings
 from app.main import create_app
-from app.queue.service import SETTINGS_CACHE_SECONDS
+from app.queue.settings import SETTINGS_CACHE_SECONDS
 from tests.conftest import START_MS
 from tests.support.helpers import history_rows, keys_of, poll, put, settings_rows, stored_rows
 

@@ -25,7 +25,7 @@ def swept_by_hand(client) -> None:
 
 def sweep(client) -> int:
     """The expiry sweep, now (every replica also runs it by itself, every 0.25 s)."""
-    return client.portal.call(client.app.state.service.expire, 500)
+    return client.portal.call(client.app.state.service.upkeep.expire, 500)
 
 
 def configure(client, queue: str = "q", **settings) -> None:

@@ -153,7 +153,7 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
         waiting = WaitingPolls(service)
         claimed, hung_up_closed, finished = threading.Event(), threading.Event(), threading.Event()
         callers: list = []
-        original_poll, original_claim = service.poll, service._claim_undoable
+        original_poll, original_claim = service.poll, service.poller.look
 
         async def tracked_poll(*args, **kwargs):
             callers.append(kwargs["abandoned"])
@@ -173,7 +173,7 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
                     await asyncio.sleep(0.01)
             return look
 
-        service.poll, service._claim_undoable = tracked_poll, claim_then_lose_the_caller
+        service.poll, service.poller.look = tracked_poll, claim_then_lose_the_caller
         body = b'{"wait": 20, "lease": 600}'
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=RETURNED_EARLY) as client:
             if offered == "before the poll":
@@ -191,7 +191,7 @@ def test_a_poll_whose_client_hangs_up_as_it_claims_gives_the_messages_back(
             hung_up.close()
             hung_up_closed.set()
             assert finished.wait(RETURNED_EARLY), "the abandoned poll did not end"
-            service._claim_undoable = original_claim
+            service.poller.look = original_claim
             # As it was: due, never delivered (a delivery limit of one still delivers it).
             again = poll(client, "q")["messages"]  # the clock has not moved
             assert [(m["key"], m["deliveries"], m["delivery"]) for m in again] == [

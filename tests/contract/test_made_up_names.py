@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
 from app.metrics import IDLE_QUEUE_SECONDS
-from app.queue.service import SETTINGS_CACHE_SECONDS
+from app.queue.settings import SETTINGS_CACHE_SECONDS
 from tests.conftest import FakeClock
 
 # 40,000 such polls used to add 12.5 MB to /metrics. The cost of a made-up

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.queue import service as service_module
-from app.queue.service import PAUSE_CACHE_SECONDS
+from app.queue import polling as polling_module
+from app.queue import settings as settings_module
+from app.queue.settings import PAUSE_CACHE_SECONDS
 from tests.conftest import START_MS
 from tests.contract.test_long_poll import RETURNED_EARLY, WAIT, WaitingPolls
 from tests.support.helpers import at, history_rows, keys_of, poll, put
@@ -116,7 +117,8 @@ def test_a_pause_through_another_replica_applies_within_the_pause_cache_time(
 def test_a_waiting_poll_of_a_paused_queue_wakes_when_it_resumes(clean_database, clock, monkeypatch):
     # The pause read again only after the poll's whole wait: only the resume's wake-up
     # can end it early.
-    monkeypatch.setattr(service_module, "PAUSE_CACHE_SECONDS", WAIT * 2)
+    for module in (settings_module, polling_module):  # the cache's, and the waiting poll's
+        monkeypatch.setattr(module, "PAUSE_CACHE_SECONDS", WAIT * 2)
     settings = clean_database.settings(poll_recheck_seconds=WAIT)
     with TestClient(create_app(settings, clock=clock)) as client:
         waiting = WaitingPolls(client.app.state.service)

@@ -26,7 +26,7 @@ async def healthz() -> HealthResponse:
 )
 async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the 503
     try:
-        schema = await service.schema_status()
+        schema = await service.upkeep.schema_status()
     except StorageUnavailable:
         return unavailable("the database does not answer")
     if not schema.ready:
@@ -45,14 +45,14 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
 )
 async def metrics(request: Request, service: Service, cron: Cron) -> Response:
     async def ready() -> bool:
-        return (await service.schema_status()).ready
+        return (await service.upkeep.schema_status()).ready
 
     metrics = request.app.state.metrics
     await metrics.refresh_queues(
         service.list_queues,
-        service.configured_queues,
+        service.settings.configured,
         cron.entry_names,
         read_ready=ready,
-        read_table_health=service.table_health,
+        read_table_health=service.upkeep.table_health,
     )
     return Response(metrics.exposition(), media_type=metrics.content_type)

@@ -166,7 +166,7 @@ def _rate(rate: RateSettings | None) -> Rate | None:
     responses=problem_responses(422, 503),
 )
 async def get_settings(queue: QueueName, service: Service) -> QueueSettingsResponse:
-    return _settings_response(await service.settings(queue), service.default_lease_ms)
+    return _settings_response(await service.settings.get(queue), service.default_lease_ms)
 
 
 @router.put(
@@ -184,7 +184,7 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
 async def put_settings(
     queue: QueueName, body: QueueSettingsRequest, service: Service, allowed: AllowedQueues
 ) -> QueueSettingsResponse:
-    settings = await service.put_settings(
+    settings = await service.settings.put(
         queue,
         default_lease_seconds=body.default_lease,
         max_deliveries=body.max_deliveries,
@@ -211,5 +211,5 @@ async def put_settings(
 async def redrive(
     queue: QueueName, body: RedriveRequest, service: Service, allowed: AllowedQueues
 ) -> RedriveResponse:
-    result = await service.redrive(queue, body.to, body.max or 2**63 - 1, allowed)
+    result = await service.upkeep.redrive(queue, body.to, body.max or 2**63 - 1, allowed)
     return RedriveResponse(moved=result.moved, skipped=result.skipped, forbidden=result.forbidden)
