@@ -20,7 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import Metrics
-from app.table_health import FAMILIES as TABLE_HEALTH_FAMILIES
+from app.metrics.table_health import FAMILIES as TABLE_HEALTH_FAMILIES
 from tests.conftest import Database, required_or_skip, truncate_all
 from tests.support.push_receiver import PushReceiver, push_receiver
 from tests.support.server import Server, running_server

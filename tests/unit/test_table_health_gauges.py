@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.domain.errors import StorageUnavailable
 from app.domain.table_health import TableHealth, TableVacuum, VacuumHolder
 from app.metrics import QUEUE_GAUGES_SECONDS, Metrics
-from app.table_health import FAMILIES
+from app.metrics.table_health import FAMILIES
 from tests.conftest import FakeClock
 
 # As PostgreSQL tells it: a forgotten BEGIN 4 minutes old, a slot 90 transactions behind.

@@ -47,7 +47,7 @@ from app.clock import Clock, SystemClock
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Lease, Limit, Outcome, QueueStats
 from app.domain.table_health import TableHealth
-from app.table_health import TableHealthGauges
+from app.metrics.table_health import TableHealthGauges
 
 # Queue gauges come from the database at scrape time, at most this often.
 QUEUE_GAUGES_SECONDS = 5.0
