@@ -7,7 +7,7 @@ pool (`HOURGLASS_POOL_SIZE` each), connection caps (`HOURGLASS_MAX_CONNECTIONS` 
 `…_PER_CLIENT` each), cron manager, history pruner and push dispatcher (each built for
 several replicas on one database: claims by row locks and unique keys). Metrics go to
 prometheus-client's files in a private directory the parent makes, and a scrape of
-any worker adds them up (app/metrics.py).
+any worker adds them up (app/metrics/multiprocess.py).
 
 Stopping: SIGTERM or SIGINT to the parent goes to every worker as SIGTERM; each does what
 one process does (waiting polls answer empty at once, requests in flight finish within
@@ -37,7 +37,7 @@ from app.server import HourglassServer
 
 logger = logging.getLogger(__name__)
 
-# prometheus-client reads it when it is first imported (app/metrics.py checks).
+# prometheus-client reads it when it is first imported (app/metrics/multiprocess.py checks).
 METRICS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # What a worker writes on its readiness pipe once it serves.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from app.metrics import QUEUE_GAUGES_SECONDS
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
 from bench.accounting import percentile
 from bench.hourglass import QUEUE, ServiceTarget, ServiceWorker, now_ms
 from bench.report import Measurement, Row
@@ -429,7 +429,7 @@ async def _worker(service: ServiceTarget, lever: Lever) -> ServiceWorker:
     return worker
 
 
-# The gauges an operator would look at (app/table_health.py), by the line /metrics shows.
+# The gauges an operator would look at (app/metrics/table_health.py), by the line /metrics shows.
 _GAUGES = {
     "held back seconds": re.compile(
         r'^hourglass_vacuum_held_back_seconds\{kind="transaction"\} (\S+)$', re.MULTILINE

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from app.main import create_app
-from app.metrics import QUEUE_GAUGES_SECONDS
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
 from app.storage.schema import upgrade_to_head
 
 REFRESHES = 5

@@ -1,7 +1,7 @@
 """The health of the service's tables as the database tells it: rows that vacuum (or
 InnoDB's purge) has not yet removed, what holds that cleanup back, and when it last ran.
 
-Read at scrape time for /metrics (app/table_health.py); what each database can tell is in
+Read at scrape time for /metrics (app/metrics/table_health.py); what each database can tell is in
 docs/decisions/0024-table-health.md.
 """
 

@@ -1,7 +1,7 @@
 """The tables' health gauges of /metrics: dead and live rows, what holds back vacuum (or
 InnoDB's purge) and for how long, when vacuum last ran, whether autovacuum may run.
 
-Read from the database at scrape time with the queue gauges (Metrics.refresh_queues: at
+Read from the database at scrape time with the queue gauges (app/metrics/gauges.py: at
 most every QUEUE_GAUGES_SECONDS, however often a scrape comes, by the process that answers
 it), and shown by that process alone, like the queue gauges: every process reads the same
 database. A family shows only what the database tells (docs/decisions/0024-table-health.md):

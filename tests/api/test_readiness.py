@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from app.main import create_app
-from app.metrics import QUEUE_GAUGES_SECONDS
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
 from app.storage.schema import head_revision, upgrade_to_head
 from tests.conftest import FakeClock
 

@@ -14,7 +14,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
-from app.metrics import IDLE_QUEUE_SECONDS
+from app.metrics.labels import IDLE_QUEUE_SECONDS
 from app.queue.settings import SETTINGS_CACHE_SECONDS
 from tests.conftest import FakeClock
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import metrics as metrics_module
 from app.main import create_app
-from app.metrics import IDLE_QUEUE_SECONDS, OTHER_QUEUES, QUEUE_GAUGES_SECONDS
+from app.metrics import labels as labels_module
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
+from app.metrics.labels import IDLE_QUEUE_SECONDS, OTHER_QUEUES
 from tests.support.helpers import poll, put
 
 
@@ -178,7 +179,7 @@ def test_a_queue_that_holds_nothing_loses_its_series_once_idle(client, clock):
 
 
 def test_queues_written_to_but_not_yet_seen_holding_are_capped(client, clock, monkeypatch):
-    monkeypatch.setattr(metrics_module, "MAX_QUEUES_NOT_HOLDING", 2)
+    monkeypatch.setattr(labels_module, "MAX_QUEUES_NOT_HOLDING", 2)
     for queue in ("a", "b", "c"):
         assert put(client, queue, "k", 1, delay=3600).status_code == 201
     samples = _samples(client)  # this scrape reads a, b and c holding messages
@@ -224,7 +225,7 @@ def test_an_uninstalled_cron_entry_loses_its_series_once_idle_whichever_replica_
 
 
 def test_cron_entry_names_not_yet_seen_stored_are_capped(client, clock, monkeypatch):
-    monkeypatch.setattr(metrics_module, "MAX_CRON_ENTRIES_NOT_STORED", 2)
+    monkeypatch.setattr(labels_module, "MAX_CRON_ENTRIES_NOT_STORED", 2)
     assert put(client, "timed", "k", 1, delay=24 * 3600).status_code == 201
     for name in ("a", "b", "c", "d"):
         assert _install_cron(client, "timed", name).status_code == 201

@@ -247,7 +247,7 @@ def scraped(database: Database) -> dict[str, list[tuple[dict[str, str], float]]]
 
 
 def test_traffic_makes_every_metric_family_appear(scraped, database):
-    # Every collector of app/metrics.py has samples: the traffic covers them all, so a
+    # Every collector of app/metrics/ has samples: the traffic covers them all, so a
     # name missing below is misspelled, not merely unexercised.
     families = {
         family.name for family in text_string_to_metric_families(Metrics().exposition().decode())

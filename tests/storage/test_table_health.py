@@ -21,7 +21,7 @@ from app.config import Settings
 from app.domain.messages import Offer
 from app.domain.table_health import TableHealth, VacuumHolder
 from app.main import create_app
-from app.metrics import QUEUE_GAUGES_SECONDS
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
 from app.storage.blocking import BlockingStorage, create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all
 from tests.support.helpers import INNODB_VIEWS_EVERY_SECONDS, wait_until

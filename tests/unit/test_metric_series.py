@@ -12,7 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Outcome, QueueStats
-from app.metrics import ERROR_KINDS, IDLE_QUEUE_SECONDS, QUEUE_GAUGES_SECONDS, Metrics
+from app.metrics import Metrics
+from app.metrics.collectors import ERROR_KINDS
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
+from app.metrics.labels import IDLE_QUEUE_SECONDS
 from tests.conftest import FakeClock
 
 

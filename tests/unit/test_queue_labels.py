@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.metrics import IDLE_QUEUE_SECONDS, QueueLabels
+from app.metrics.labels import IDLE_QUEUE_SECONDS, QueueLabels
 from tests.conftest import FakeClock
 
 # Cron runs the reporting thread reports while scrapes go on: ~0.3 s of it.

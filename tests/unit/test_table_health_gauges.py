@@ -1,4 +1,4 @@
-"""The tables' health in /metrics (app/table_health.py): what each database's reading shows,
+"""The tables' health in /metrics (app/metrics/table_health.py): what each database's reading shows,
 how long a holder without a start time has held, and that a read that fails or a scrape
 storm neither breaks /metrics nor multiplies the reads."""
 
@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.domain.errors import StorageUnavailable
 from app.domain.table_health import TableHealth, TableVacuum, VacuumHolder
-from app.metrics import QUEUE_GAUGES_SECONDS, Metrics
+from app.metrics import Metrics
+from app.metrics.gauges import QUEUE_GAUGES_SECONDS
 from app.metrics.table_health import FAMILIES
 from tests.conftest import FakeClock
 
