@@ -1,2 +1,2 @@
-"""Push delivery (SPEC §12): the dispatcher that POSTs due messages of push queues to their
-endpoints, over the queue service, and how each request is signed."""
+"""Push delivery (docs/guide/push.md): the dispatcher that claims due messages of push queues
+over the queue service, the sender that POSTs each to its endpoint, and how it is signed."""

@@ -1,6 +1,7 @@
-"""The push dispatcher (SPEC §12): in each replica, claims due messages of push queues with a
-poll's leases and POSTs each to its queue's endpoint; a 2xx answer acknowledges the message,
-anything else (or no answer in time) releases it with the retry delay.
+"""The push dispatcher (docs/guide/push.md, docs/decisions/0016-push-delivery.md): in each
+replica, claims due messages of push queues with a poll's leases and POSTs each to its queue's
+endpoint (app/push/sender.py); a 2xx answer acknowledges the message, anything else (or no
+answer in time) releases it with the retry delay.
 
 Claims are the queue service's long polls (`QueueService.poll`): the same statement
 (FOR UPDATE SKIP LOCKED), so replicas never claim one message at once and pollers of
@@ -11,11 +12,10 @@ own storage call). A claim's lease is the request's timeout plus LEASE_MARGIN_MS
 so no other claim takes a message while its request may still run.
 
 Each push queue has a `QueuePusher`: its own claiming task, at most `concurrency`
-requests in flight, and its own httpx client (connection pool, redirects never
-followed, no proxies from the environment), so a slow or dead endpoint only fills
-its own queue's slots. `PushDispatcher` keeps one pusher per push queue, from the
-settings it reads at start and every REFRESH_SECONDS, and at once on a change made
-through this replica.
+requests in flight, and its own sender with its own httpx client, so a slow or dead
+endpoint only fills its own queue's slots. `PushDispatcher` keeps one pusher per push
+queue, from the settings it reads at start and every REFRESH_SECONDS, and at once on a
+change made through this replica.
 """
 
 from __future__ import annotations
@@ -26,17 +26,12 @@ import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
 
-import httpx
-
-from app import __version__
 from app.domain.errors import StorageUnavailable
 from app.domain.messages import Delivery, Lease, PushTarget, QueueSettings
 from app.domain.push import PUSH_DEFAULT_RETRY, url_allowed
-from app.domain.rendering import delivered_message
 from app.push.ports import PushEvents, PushResult, Unobserved
-from app.push.signing import signature_header
+from app.push.sender import PushSender
 from app.queue.service import QueueService
 
 log = logging.getLogger(__name__)
@@ -46,8 +41,6 @@ log = logging.getLogger(__name__)
 LEASE_MARGIN_MS = 5_000
 # A request ends at least this long before its lease (s), leaving its settlement time.
 SETTLE_MARGIN_SECONDS = 1.0
-# The endpoint's answer is read up to this many bytes; then the connection is closed.
-RESPONSE_BODY_LIMIT = 64 * 1024
 # How often each replica reads which queues push (a change made through another
 # replica applies within this long; one through this replica at once).
 REFRESH_SECONDS = 2.0
@@ -64,7 +57,6 @@ CLAIM_WAIT_SECONDS = 20.0
 CLAIM_BATCH_DIVISOR = 4
 # After a claim failed (the database unreachable), the pusher tries again after this long.
 CLAIM_RETRY_SECONDS = 1.0
-USER_AGENT = f"hourglass/{__version__}"
 
 
 @dataclass(slots=True)
@@ -103,18 +95,8 @@ class QueuePusher:
         self.queue = queue
         self.target = target
         self.allowed = allowed
-        self.secrets = secrets
         self.events = events
-        self.timeout_seconds = target.timeout_ms / 1000
-        self.client = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=target.concurrency, max_keepalive_connections=target.concurrency
-            ),
-            # The whole request is bounded by asyncio.timeout; this only backs it up.
-            timeout=httpx.Timeout(self.timeout_seconds + 1),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.sender = PushSender(queue, target, secrets=secrets, clock=service.clock)
         self._stopping = False
         self._wake = asyncio.Event()  # a slot came free, or stop
         self._requests: dict[asyncio.Task[None], _InFlight] = {}
@@ -162,7 +144,7 @@ class QueuePusher:
             by_lock.setdefault(entry.lock_id, []).append(entry.key)
         for lock_id, keys in by_lock.items():
             await self._settle(lock_id, keys, acknowledge=False, delay_seconds=0)
-        await self.client.aclose()
+        await self.sender.close()
 
     async def _abandoned(self) -> bool:
         return self._stopping
@@ -231,60 +213,17 @@ class QueuePusher:
         # slow (it waited for the database): no other claim can take the message while
         # its request may still run.
         lease_left = (lease.expires_at - self.service.clock.now_ms()) / 1000
-        budget = min(self.timeout_seconds, lease_left - SETTLE_MARGIN_SECONDS)
+        budget = min(self.sender.timeout_seconds, lease_left - SETTLE_MARGIN_SECONDS)
         if budget <= 0:
             entry.settling = True
             await self._settle(lease.lock_id, [entry.key], acknowledge=False, delay_seconds=0)
             return
-        body = delivered_message(delivery, lease.expires_at)
-        headers = self._headers(lease.lock_id, delivery, body)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        result = await self._send(body, headers, budget)
-        self.events.pushed(self.queue, result, loop.time() - started)
+        result, seconds = await self.sender.push(lease, delivery, budget)
+        self.events.pushed(self.queue, result, seconds)
         entry.settling = True
         await self._settle_soon(lease.lock_id, entry.key, result is PushResult.SUCCESS)
         for listener in self.listeners:
             listener(self.queue, entry.key, result)
-
-    def _headers(self, lock_id: str, delivery: Delivery, body: bytes) -> dict[str, str]:
-        message = delivery.message
-        headers = {
-            "content-type": "application/json",
-            "user-agent": USER_AGENT,
-            "hourglass-queue": self.queue,
-            # Header values are ASCII: the key percent-encoded as UTF-8, as in a URL's path.
-            "hourglass-key": quote(message.key, safe=""),
-            "hourglass-delivery": str(message.deliveries),
-            "hourglass-lock": lock_id,
-        }
-        timestamp = self.service.clock.now_ms() // 1000
-        if (signed := signature_header(self.secrets, timestamp, body)) is not None:
-            headers["hourglass-signature"] = signed
-        return headers
-
-    async def _send(self, body: bytes, headers: dict[str, str], budget: float) -> PushResult:
-        """POST `body`; how it ended. The whole request (connecting, sending, the answer's
-        head and up to RESPONSE_BODY_LIMIT of its body) is bounded by `budget` seconds."""
-        try:
-            async with asyncio.timeout(budget):
-                async with self.client.stream(
-                    "POST", self.target.url, content=body, headers=headers
-                ) as response:
-                    read = 0
-                    # Raw: nothing decompressed, so the limit bounds what is received.
-                    async for chunk in response.aiter_raw():
-                        read += len(chunk)
-                        if read >= RESPONSE_BODY_LIMIT:
-                            break  # leaving unread closes the connection
-                    return PushResult.of_status(response.status_code)
-        except (TimeoutError, httpx.TimeoutException):
-            return PushResult.TIMEOUT
-        except (httpx.HTTPError, OSError):
-            return PushResult.ERROR
-        except Exception:  # whatever failed, the message goes back with its retry delay
-            log.exception("push to %r: the request failed", self.queue)
-            return PushResult.ERROR
 
     async def _settle_soon(self, lock_id: str, key: str, acknowledge: bool) -> None:
         """Acknowledge or release `key` with what else ended meanwhile on its lock: while a

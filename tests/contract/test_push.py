@@ -28,8 +28,9 @@ from app import __version__
 from app.api.edge import current_request_id
 from app.domain.formats import parse_timestamp
 from app.main import create_app
-from app.push.dispatcher import LEASE_MARGIN_MS, RESPONSE_BODY_LIMIT
+from app.push.dispatcher import LEASE_MARGIN_MS
 from app.push.ports import PushResult
+from app.push.sender import RESPONSE_BODY_LIMIT
 from tests.conftest import FakeClock
 from tests.support.helpers import at, history_rows, poll, put, settings_rows, stored_rows
 from tests.support.push_endpoint import Answer, Endpoint, Received, refused_url, running_endpoint
