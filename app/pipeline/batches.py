@@ -9,8 +9,8 @@ part with no vectorised equivalent that stores the same bytes. Each row gets the
 reason check_row would give it, and a valid row the same stored form;
 tests/unit/test_pipeline_batches.py holds the two to each other.
 
-Issue 7 measured the per-row check at 2.7 µs of the import's ~8 µs of Python
-per row, and the tuples and objects around it at most of the rest.
+The per-row check measured 2.7 µs of the import's ~8 µs of Python per row, and the
+tuples and objects around it most of the rest (docs/decisions/0020-bulk-import-path.md).
 """
 
 from __future__ import annotations

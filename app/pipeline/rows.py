@@ -1,4 +1,4 @@
-"""One input row checked by the HTTP API's rules (SPEC §3), in plain Python.
+"""One input row checked by the HTTP API's rules for an offer (docs/api/index.md), in plain Python.
 
 The import runs this on Spark's executors, so a row the service would refuse is
 refused here for the same reason, by the same code the API uses: the name and

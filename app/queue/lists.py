@@ -1,4 +1,5 @@
-"""Reading a queue a page at a time: its messages and its delivery history (SPEC §8)."""
+"""Reading a queue a page at a time: its messages and its delivery history (docs/guide/messages.md,
+docs/decisions/0013-list-pages.md)."""
 
 from __future__ import annotations
 
