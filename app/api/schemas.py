@@ -26,14 +26,6 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from app.cron.schedule import (
-    CRON_EXPRESSION_PATTERN,
-    DAILY_TIME_PATTERN,
-    MAX_EVERY_SECONDS,
-    MIN_EVERY_SECONDS,
-    InvalidSchedule,
-    Schedule,
-)
 from app.cron.service import MAX_LOOKAHEAD_MS
 from app.domain.cron import InstallOutcome
 from app.domain.formats import (
@@ -64,6 +56,14 @@ from app.domain.messages import (
 from app.domain.pages import CURSOR_PATTERN, MAX_PAGE
 from app.domain.payloads import MAX_PAYLOAD_DEPTH
 from app.domain.push import PUSH_URL_MAX, PUSH_URL_PATTERN
+from app.domain.schedule import (
+    CRON_EXPRESSION_PATTERN,
+    DAILY_TIME_PATTERN,
+    MAX_EVERY_SECONDS,
+    MIN_EVERY_SECONDS,
+    InvalidSchedule,
+    Schedule,
+)
 
 MAX_LEASE_SECONDS = 12 * 3600
 # A cron entry installs its runs at most a day ahead (app/cron/service.py).

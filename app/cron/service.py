@@ -18,12 +18,19 @@ from typing import Any
 from app.clock import Clock
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
 from app.cron.ports import CronStorage
-from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs
-from app.domain.cron import CronEntry, InstallOutcome, run_key
+from app.domain.cron import (
+    DEFAULT_LOOKAHEAD_MS,
+    MAX_LOOKAHEAD_MS,
+    MIN_LOOKAHEAD_MS,
+    CronEntry,
+    InstallOutcome,
+    run_key,
+)
 from app.domain.errors import CronEntryNotFound, CronEntryTooLarge
 from app.domain.formats import seconds_to_ms
 from app.domain.messages import IfExists, Offer, expiry_after
 from app.domain.payloads import encode_payload
+from app.domain.schedule import Schedule, config_hash, most_runs_within, next_runs
 from app.queue.notifier import Notifier
 from app.storage.calls import StorageCalls
 
@@ -38,12 +45,6 @@ SKEW_MARGIN_MS = 60_000
 # at once (three passes may fail or come late, and none of its runs goes missing):
 # an entry whose schedule and payload cannot fit that in its bound is refused.
 RUNS_REACH_MS = SKEW_MARGIN_MS + 4 * PASS_INTERVAL_MS
-# How far ahead runs are installed unless an entry says: an hour; an entry may ask for
-# five minutes to a day. Whatever the lookahead, at least the next run is installed,
-# and never more runs than the entry may keep (app/cron/bounds.py).
-DEFAULT_LOOKAHEAD_MS = 3_600_000
-MIN_LOOKAHEAD_MS = 300_000
-MAX_LOOKAHEAD_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
