@@ -20,6 +20,7 @@ from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_al
 from app.cron.ports import CronStorage
 from app.domain.cron import (
     DEFAULT_LOOKAHEAD_MS,
+    DEFAULT_RUNS_SHOWN,
     MAX_LOOKAHEAD_MS,
     MIN_LOOKAHEAD_MS,
     CronEntry,
@@ -122,10 +123,10 @@ class CronService:
         installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
         self.notifier.notify(queue)
-        return installed.outcome, self._view(installed.entry, now, 5)
+        return installed.outcome, self._view(installed.entry, now, DEFAULT_RUNS_SHOWN)
 
     async def get(
-        self, queue: str, name: str, after: int | None = None, count: int = 5
+        self, queue: str, name: str, after: int | None = None, count: int = DEFAULT_RUNS_SHOWN
     ) -> CronView:
         entry = await self.calls.run(partial(self.storage.cron.get, queue, name), queue)
         if entry is None:
@@ -135,7 +136,7 @@ class CronService:
     async def list_entries(self, queue: str) -> list[CronView]:
         now = self.clock.now_ms()
         entries = await self.calls.run(partial(self.storage.cron.entries, queue), queue)
-        return [self._view(entry, now, 5) for entry in entries]
+        return [self._view(entry, now, DEFAULT_RUNS_SHOWN) for entry in entries]
 
     async def entry_names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every stored entry."""
@@ -148,7 +149,7 @@ class CronService:
         entry = await self.calls.run(partial(self.storage.cron.pause, queue, name, now), queue)
         if entry is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
-        return self._view(entry, now, 5)
+        return self._view(entry, now, DEFAULT_RUNS_SHOWN)
 
     async def resume(self, queue: str, name: str) -> CronView:
         """Install the entry's runs again, from now on: none of those it missed while
@@ -159,7 +160,7 @@ class CronService:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
         await self.calls.run(partial(self._install_runs, entry, now), queue)
         self.notifier.notify(queue)
-        return self._view(entry, now, 5)
+        return self._view(entry, now, DEFAULT_RUNS_SHOWN)
 
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""

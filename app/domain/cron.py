@@ -21,6 +21,10 @@ _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
 DEFAULT_LOOKAHEAD_MS = 3_600_000
 MIN_LOOKAHEAD_MS = 300_000
 MAX_LOOKAHEAD_MS = 86_400_000
+# How many next runs an entry is shown with unless a read asks for others, and the most
+# one may ask for.
+DEFAULT_RUNS_SHOWN = 5
+MAX_RUNS_SHOWN = 100
 
 
 @dataclass(frozen=True, slots=True)

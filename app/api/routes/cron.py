@@ -3,27 +3,25 @@ uninstall."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Response, status
 from fastapi.exceptions import RequestValidationError
 
 from app.api.deps import Cron
 from app.api.openapi import problem_responses
 from app.api.rendering import json_response, with_payload
-from app.api.schemas import (
-    RFC3339_PATTERN,
-    TIMES,
+from app.api.schemas.cron import (
     CronEntryResponse,
     CronInstallRequest,
     CronInstallResponse,
     CronListResponse,
     CronName,
-    QueueName,
-    parse_timestamp,
+    RunsAfter,
+    RunsShown,
 )
+from app.api.schemas.fields import QueueName
 from app.cron.service import CronSpec, CronView
-from app.domain.cron import InstallOutcome
+from app.domain.cron import DEFAULT_RUNS_SHOWN, InstallOutcome
+from app.domain.formats import parse_timestamp
 
 router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
 
@@ -107,16 +105,8 @@ async def get_entry(
     queue: QueueName,
     name: CronName,
     cron: Cron,
-    after: Annotated[
-        str | None,
-        Query(
-            pattern=RFC3339_PATTERN,
-            json_schema_extra={"format": "date-time"},
-            description=f"RFC 3339 instant ({TIMES}); default: now. Runs fall after "
-            "0001-01-03T00:00:00Z and at the latest on 9999-12-30T00:00:00Z",
-        ),
-    ] = None,
-    count: Annotated[int, Query(ge=1, le=100, description="How many runs to show")] = 5,
+    after: RunsAfter = None,
+    count: RunsShown = DEFAULT_RUNS_SHOWN,
 ) -> Response:
     start = None
     if after is not None:

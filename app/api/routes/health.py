@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from app.api.deps import Cron, Service
 from app.api.errors import unavailable
 from app.api.openapi import problem_responses
-from app.api.schemas import HealthResponse, ReadyResponse
+from app.api.schemas.health import HealthResponse, ReadyResponse
 from app.domain.errors import StorageUnavailable
 
 router = APIRouter(tags=["health"])

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from app.api.deps import Lists
 from app.api.openapi import problem_responses
-from app.api.schemas import (
-    Cursor,
+from app.api.schemas.fields import Cursor, PageLimit, QueueName
+from app.api.schemas.history import (
     HistoryEntryResponse,
     HistoryResponse,
-    PageLimit,
-    QueueName,
+    KeyFilter,
+    OutcomeFilter,
 )
-from app.domain.formats import KEY_PATTERN
-from app.domain.messages import Finish
 from app.domain.pages import DEFAULT_PAGE
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
@@ -30,10 +26,8 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
 async def list_history(
     queue: QueueName,
     lists: Lists,
-    key: Annotated[
-        str | None, Query(pattern=KEY_PATTERN, description="Only this key's rows")
-    ] = None,
-    outcome: Annotated[Finish | None, Query(description="Only rows of this outcome")] = None,
+    key: KeyFilter = None,
+    outcome: OutcomeFilter = None,
     limit: PageLimit = DEFAULT_PAGE,
     cursor: Cursor = None,
 ) -> HistoryResponse:

@@ -3,10 +3,9 @@ the update and the batch are hot: served by a LeanRoute (app/api/lean.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from app.api.auth import queue_filter
 from app.api.deps import Lists, service_of
@@ -18,19 +17,18 @@ from app.api.rendering import (
     message_response,
     offer_response,
 )
-from app.api.schemas import (
+from app.api.schemas.fields import Cursor, PageLimit, QueueName
+from app.api.schemas.messages import (
     BatchRequest,
     BatchResponse,
-    Cursor,
     GroupFilter,
     KeyPrefix,
     MessageKey,
     MessageListResponse,
     MessageResponse,
     OfferResponse,
-    PageLimit,
     PutMessage,
-    QueueName,
+    StateFilter,
     UpdateMessage,
 )
 from app.domain.messages import OfferRequest, Outcome
@@ -119,9 +117,7 @@ async def create_message(queue: QueueName, body: UpdateMessage, request: Request
 async def list_messages(
     queue: QueueName,
     lists: Lists,
-    state: Annotated[
-        ListState, Query(description="`ready`, `scheduled`, `leased`, or `all`")
-    ] = ListState.ALL,
+    state: StateFilter = ListState.ALL,
     prefix: KeyPrefix = None,
     group: GroupFilter = None,
     limit: PageLimit = DEFAULT_PAGE,

@@ -8,12 +8,12 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import AllowedQueues, Service
 from app.api.openapi import problem_responses
-from app.api.schemas import (
+from app.api.schemas.fields import QueueName
+from app.api.schemas.queues import (
     PurgeResponse,
     PushResponse,
     PushSettings,
     QueueListResponse,
-    QueueName,
     QueueSettingsRequest,
     QueueSettingsResponse,
     QueueStatsResponse,
