@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from app.api.deps import Lists
+from app.api.deps import lists_of
 from app.api.openapi import problem_responses
 from app.api.schemas.fields import Cursor, PageLimit, QueueName
 from app.api.schemas.history import (
@@ -25,7 +25,7 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
 )
 async def list_history(
     queue: QueueName,
-    lists: Lists,
+    request: Request,
     key: KeyFilter = None,
     outcome: OutcomeFilter = None,
     limit: PageLimit = DEFAULT_PAGE,
@@ -34,7 +34,9 @@ async def list_history(
     """A row is written when a message leaves the queue: acknowledged, dead-lettered, or
     dropped (deleted, purged, replaced, a cron run withdrawn), while
     HOURGLASS_HISTORY is on; rows older than HOURGLASS_HISTORY_RETENTION are pruned."""
-    page = await lists.history(queue, key=key, outcome=outcome, cursor=cursor, limit=limit)
+    page = await lists_of(request).history(
+        queue, key=key, outcome=outcome, cursor=cursor, limit=limit
+    )
     return HistoryResponse(
         entries=[
             HistoryEntryResponse(
