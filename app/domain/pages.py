@@ -1,5 +1,6 @@
 """Pages of a list (a queue's messages, its delivery history) and the opaque cursors
-that lead from one page to the next (SPEC §8).
+that lead from one page to the next (docs/guide/messages.md,
+docs/decisions/0013-list-pages.md).
 
 A cursor holds the position after the last row of its page: the next page starts
 strictly after it, so rows inserted behind it are not read again and rows ahead

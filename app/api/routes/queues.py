@@ -83,8 +83,8 @@ async def resume_queue(queue: QueueName, request: Request) -> QueueStatsResponse
 
 # `confirm` is required, and the schema says so: a request without it is not one the
 # schema allows. The service still answers it (and a `confirm` naming another queue)
-# with SPEC §3's 400, so FastAPI reads the parameter as optional and the schema gets it
-# from here.
+# with a 400 that says how to confirm, so FastAPI reads the parameter as optional and
+# the schema gets it from here.
 _CONFIRM_PARAMETER = {
     "name": "confirm",
     "in": "query",

@@ -100,7 +100,7 @@ class RetryResponse(BaseModel):
 
 
 class PushSettings(RequestBody):
-    """Where a queue pushes its due messages: each one is POSTed to `url` (SPEC §12)."""
+    """Where a queue pushes its due messages: each one is POSTed to `url` (docs/guide/push.md)."""
 
     url: str = Field(
         max_length=PUSH_URL_MAX,
