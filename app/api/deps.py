@@ -8,7 +8,7 @@ Each function is a plain read of what the lifespan put in `app.state` (the servi
 app/main.py) or of what the bearer-token layer left in the request's scope (the token's
 queues, app/api/auth.py). No route declares these as FastAPI `Depends`: FastAPI solves
 every sub-dependency recursively on every request, ~100 `isinstance` calls and a few
-percent of an empty poll's CPU (bench/RESULTS.md), and the hot routes' LeanRoute
+percent of an empty poll's CPU (bench/ARCHIVE.md), and the hot routes' LeanRoute
 (app/api/lean.py, docs/decisions/0022-one-hop-per-request.md) solves no dependency at
 all. A call here costs one Python call on any route, lean or not, so every route asks
 the same way, and a route moved onto or off the hot path keeps its body.
