@@ -26,7 +26,7 @@ log = logging.getLogger("hourglass")
 
 
 class ExitCode(enum.IntEnum):
-    """How the command ends: the one list (README's "When start-up fails" shows it too)."""
+    """How the command ends: the one list (docs/operations/startup.md shows it too)."""
 
     OK = 0
     FAILED = 1

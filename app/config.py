@@ -124,9 +124,9 @@ class Settings(BaseSettings):
     # a row in delivery_history, kept this many seconds (7 days), then pruned.
     history: bool = True
     history_retention: float = Field(7 * 24 * 3600.0, ge=1, description="seconds")
-    # Slow clients (README, "Slow clients and connection caps"). A request's head must
-    # arrive within this many seconds of the connection's opening or of its previous
-    # answer, else the connection is closed.
+    # Slow clients (docs/operations/scaling.md). A request's head must arrive within this
+    # many seconds of the connection's opening or of its previous answer, else the
+    # connection is closed.
     request_head_timeout: float = Field(10.0, gt=0, description="seconds")
     # A request's body must arrive within this many seconds of its head: else 408 and
     # the connection is closed. 30 s lets the largest body (16 MiB) come at ~560 KB/s.
@@ -135,9 +135,10 @@ class Settings(BaseSettings):
     max_connections: int = Field(10_000, ge=1)
     # Open connections from one client address, at most (0: no cap, e.g. behind a proxy).
     max_connections_per_client: int = Field(256, ge=0)
-    # Push delivery (SPEC §12). The URL prefixes push targets must match, comma-separated:
-    # empty, no queue may push (the service sends requests to no address of a user's
-    # choosing). The secrets that sign each push (comma-separated; several allow rotation).
+    # Push delivery (docs/guide/push.md). The URL prefixes push targets must match,
+    # comma-separated: empty, no queue may push (the service sends requests to no address
+    # of a user's choosing). The secrets that sign each push (comma-separated; several
+    # allow rotation).
     push_allowed: str = ""
     push_secrets: str = Field("", repr=False)
     # `serve` and `migrate`: how long to wait for a database that does not answer yet

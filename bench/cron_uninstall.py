@@ -29,8 +29,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.config import Settings, normalize_database_url
-from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry
+from app.domain.schedule import Schedule, config_hash
 from app.storage.blocking import create_blocking_storage
 from app.storage.schema import upgrade_to_head
 from tests.support.helpers import fill_queue

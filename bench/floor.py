@@ -40,7 +40,8 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.schemas import PollRequest, PutMessage
+from app.api.schemas.locks import PollRequest
+from app.api.schemas.messages import PutMessage
 from app.config import Settings
 from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, format_timestamp
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES

@@ -5,7 +5,7 @@ a valid token a `/v1` request is `401`; a token limited to a glob gets `403` for
 any queue outside it, and the queue list shows only its queues. The queue in the
 path is checked here; the queues a request reaches beyond it (a dead-letter
 queue, a redrive's targets, a dead letter's origin) are checked where they are
-known, through the request's `queue_filter`.
+known, through the request's queue filter (app/api/deps.py: `allowed_queues`).
 `HOURGLASS_METRICS_TOKENS` (comma-separated; several allow rotation) guards
 `/metrics` alone, which names every queue and cron entry: its tokens open
 nothing else, and no `/v1` token opens it. `/healthz`, `/readyz` and the docs
@@ -24,9 +24,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import ProblemResponse, domain_problem, problem
 from app.domain.errors import QueueForbidden
-from app.domain.messages import QueueFilter, every_queue
 
 _PREFIX = "/v1/"
+# Where in a request's state the queues its token may use are left, as a QueueFilter.
+QUEUE_FILTER = "queue_filter"
 _QUEUES = "/v1/queues/"
 METRICS_PATH = "/metrics"
 
@@ -63,11 +64,6 @@ def parse_metrics_tokens(text: str) -> list[bytes]:
     return tokens
 
 
-def queue_filter(scope: Scope) -> QueueFilter:
-    """Which queues the request's token may use (every queue without tokens configured)."""
-    return scope.get("state", {}).get("queue_filter", every_queue)
-
-
 class BearerTokens:
     """ASGI middleware enforcing the rules on every `/v1` request."""
 
@@ -89,7 +85,7 @@ class BearerTokens:
         if queue is not None and not rule.allows(queue):
             await domain_problem(QueueForbidden(queue))(scope, receive, send)
             return
-        scope.setdefault("state", {})["queue_filter"] = rule.allows
+        scope.setdefault("state", {})[QUEUE_FILTER] = rule.allows
         await self.app(scope, receive, send)
 
 

@@ -1,51 +1,49 @@
-"""Request dependencies: what a route needs, reached through `app.state`."""
+"""What a route needs from the app, and the one way it gets it: the route takes the
+`Request` and calls this module.
+
+    async def get_message(queue: QueueName, key: MessageKey, request: Request) -> Response:
+        service = service_of(request)
+
+Each function is a plain read of what the lifespan put in `app.state` (the services,
+app/main.py) or of what the bearer-token layer left in the request's scope (the token's
+queues, app/api/auth.py). No route declares these as FastAPI `Depends`: FastAPI solves
+every sub-dependency recursively on every request, ~100 `isinstance` calls and a few
+percent of an empty poll's CPU (bench/ARCHIVE.md), and the hot routes' LeanRoute
+(app/api/lean.py, docs/decisions/0022-one-hop-per-request.md) solves no dependency at
+all. A call here costs one Python call on any route, lean or not, so every route asks
+the same way, and a route moved onto or off the hot path keeps its body.
+tests/api/test_lean_routes.py holds the hot routes to no dependency solving, and
+`python -m bench.calls` counts their calls per request.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import Request
 
-from fastapi import Depends, Request
-
-from app.api.auth import queue_filter
-from app.config import Settings
+from app.api.auth import QUEUE_FILTER
 from app.cron.service import CronService
-from app.domain.messages import QueueFilter
+from app.domain.messages import QueueFilter, every_queue
 from app.queue.lists import QueueLists
 from app.queue.service import QueueService
 
 
-# async: FastAPI would run a plain function on a thread pool for every request.
-async def get_service(request: Request) -> QueueService:
-    return request.app.state.service
-
-
 def service_of(request: Request) -> QueueService:
-    """The service, for the routes of messages and leases (most requests), which take the
-    `Request` and call this instead of a `Service` dependency: FastAPI solves each
-    sub-dependency recursively on every request, ~100 `isinstance` calls and a few
-    percent of an empty poll's CPU (bench/RESULTS.md, issue 19)."""
+    """The queue service: offers, polls, leases, settings, stats."""
     return request.app.state.service
 
 
-async def get_lists(request: Request) -> QueueLists:
+def lists_of(request: Request) -> QueueLists:
+    """A queue's lists: pages of its messages and of its delivery history."""
     return request.app.state.lists
 
 
-async def get_cron(request: Request) -> CronService:
+def cron_of(request: Request) -> CronService:
+    """The cron service: entries and their runs."""
     return request.app.state.cron
 
 
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
-async def get_queue_filter(request: Request) -> QueueFilter:
-    return queue_filter(request.scope)
-
-
-Service = Annotated[QueueService, Depends(get_service)]
-Lists = Annotated[QueueLists, Depends(get_lists)]
-Cron = Annotated[CronService, Depends(get_cron)]
-# The queues the request's token may use, for the queues a request names beyond its path.
-AllowedQueues = Annotated[QueueFilter, Depends(get_queue_filter)]
-CurrentSettings = Annotated[Settings, Depends(get_settings)]
+def allowed_queues(request: Request) -> QueueFilter:
+    """The queues the request's token may use (any, without tokens configured), for the
+    queues a request reaches beyond its path: a dead-letter queue, a redrive's targets, a
+    dead letter's origin. The path's own queue the token layer has checked already."""
+    return request.scope.get("state", {}).get(QUEUE_FILTER, every_queue)

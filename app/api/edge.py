@@ -2,7 +2,7 @@
 
 A layer is a coroutine call and, for each one that watches the answer, a wrapper
 around `send` that every message of the answer goes through. FastAPI 0.165 builds
-nine around the router (bench/RESULTS.md, issue 19); here there are four:
+nine around the router (bench/ARCHIVE.md); here there are four:
 
 - Starlette's ServerErrorMiddleware: an unexpected error is a problem+json 500;
 - `RequestEdge`, Hourglass's own, in one layer: the request id (below), the request's

@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from app.cron.schedule import CRON_EXPRESSION_PATTERN
 from app.domain import errors
 from app.domain.formats import RFC3339_PATTERN
+from app.domain.schedule import CRON_EXPRESSION_PATTERN
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from fastapi.openapi.utils import get_openapi
 
 from app.api.auth import METRICS_PATH
 from app.api.errors import PROBLEM_MEDIA_TYPE
-from app.api.schemas import Problem
+from app.api.schemas.problems import Problem
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 

@@ -25,7 +25,7 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from app.api.schemas import DeliveryKind
+from app.api.schemas.locks import DeliveryKind
 from app.domain.formats import format_timestamp
 from app.domain.messages import KeyedOutcome, Lease, Message, OfferResult, Outcome, State
 from app.domain.rendering import delivery_tail, json_string, message_pieces, object_pieces

@@ -18,12 +18,20 @@ from typing import Any
 from app.clock import Clock
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
 from app.cron.ports import CronStorage
-from app.cron.schedule import Schedule, config_hash, most_runs_within, next_runs
-from app.domain.cron import CronEntry, InstallOutcome, run_key
+from app.domain.cron import (
+    DEFAULT_LOOKAHEAD_MS,
+    DEFAULT_RUNS_SHOWN,
+    MAX_LOOKAHEAD_MS,
+    MIN_LOOKAHEAD_MS,
+    CronEntry,
+    InstallOutcome,
+    run_key,
+)
 from app.domain.errors import CronEntryNotFound, CronEntryTooLarge
 from app.domain.formats import seconds_to_ms
 from app.domain.messages import IfExists, Offer, expiry_after
 from app.domain.payloads import encode_payload
+from app.domain.schedule import Schedule, config_hash, most_runs_within, next_runs
 from app.queue.notifier import Notifier
 from app.storage.calls import StorageCalls
 
@@ -38,12 +46,6 @@ SKEW_MARGIN_MS = 60_000
 # at once (three passes may fail or come late, and none of its runs goes missing):
 # an entry whose schedule and payload cannot fit that in its bound is refused.
 RUNS_REACH_MS = SKEW_MARGIN_MS + 4 * PASS_INTERVAL_MS
-# How far ahead runs are installed unless an entry says: an hour; an entry may ask for
-# five minutes to a day. Whatever the lookahead, at least the next run is installed,
-# and never more runs than the entry may keep (app/cron/bounds.py).
-DEFAULT_LOOKAHEAD_MS = 3_600_000
-MIN_LOOKAHEAD_MS = 300_000
-MAX_LOOKAHEAD_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +123,10 @@ class CronService:
         installed = await self.calls.run(partial(self.storage.cron.install, entry), queue)
         await self.calls.run(partial(self._install_runs, installed.entry, now), queue)
         self.notifier.notify(queue)
-        return installed.outcome, self._view(installed.entry, now, 5)
+        return installed.outcome, self._view(installed.entry, now, DEFAULT_RUNS_SHOWN)
 
     async def get(
-        self, queue: str, name: str, after: int | None = None, count: int = 5
+        self, queue: str, name: str, after: int | None = None, count: int = DEFAULT_RUNS_SHOWN
     ) -> CronView:
         entry = await self.calls.run(partial(self.storage.cron.get, queue, name), queue)
         if entry is None:
@@ -134,7 +136,7 @@ class CronService:
     async def list_entries(self, queue: str) -> list[CronView]:
         now = self.clock.now_ms()
         entries = await self.calls.run(partial(self.storage.cron.entries, queue), queue)
-        return [self._view(entry, now, 5) for entry in entries]
+        return [self._view(entry, now, DEFAULT_RUNS_SHOWN) for entry in entries]
 
     async def entry_names(self) -> list[tuple[str, str]]:
         """The (queue, name) of every stored entry."""
@@ -147,7 +149,7 @@ class CronService:
         entry = await self.calls.run(partial(self.storage.cron.pause, queue, name, now), queue)
         if entry is None:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
-        return self._view(entry, now, 5)
+        return self._view(entry, now, DEFAULT_RUNS_SHOWN)
 
     async def resume(self, queue: str, name: str) -> CronView:
         """Install the entry's runs again, from now on: none of those it missed while
@@ -158,7 +160,7 @@ class CronService:
             raise CronEntryNotFound(f"no cron entry {name!r} in queue {queue!r}")
         await self.calls.run(partial(self._install_runs, entry, now), queue)
         self.notifier.notify(queue)
-        return self._view(entry, now, 5)
+        return self._view(entry, now, DEFAULT_RUNS_SHOWN)
 
     async def uninstall(self, queue: str, name: str) -> None:
         """Delete the entry and its runs not yet delivered."""

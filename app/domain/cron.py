@@ -14,6 +14,17 @@ LIKE_ESCAPE = "\\"
 # A configuration hash's length in a run key, and the length of its time.
 HASH_LENGTH = 16
 _TIME_LENGTH = len("YYYYMMDD-HHMMSS.mmm")
+# How far ahead an entry's runs are installed unless it says: an hour; an entry may ask
+# for up to a day, and less than five minutes is taken as five. Whatever the lookahead,
+# at least the next run is installed, and never more runs than the entry may keep
+# (app/cron/bounds.py).
+DEFAULT_LOOKAHEAD_MS = 3_600_000
+MIN_LOOKAHEAD_MS = 300_000
+MAX_LOOKAHEAD_MS = 86_400_000
+# How many next runs an entry is shown with unless a read asks for others, and the most
+# one may ask for.
+DEFAULT_RUNS_SHOWN = 5
+MAX_RUNS_SHOWN = 100
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ def every_queue(queue: str) -> bool:
     return True
 
 
-# A message's priority (SPEC §13): among due messages a poll takes the highest first.
+# A message's priority (docs/decisions/0017-priorities.md): among due messages a poll
+# takes the highest first.
 DEFAULT_PRIORITY = 0
 MAX_PRIORITY = 9
 # Every priority, highest first: the order in which a poll reads them.
@@ -149,8 +150,8 @@ class Claim:
 # escaped as 2) and queue names come to ~1,300 bytes, and the answer's own fields
 # (its lock id) fit in the rest. tests/unit/test_rendering.py checks the bound.
 POLL_MESSAGE_ENVELOPE_BYTES = 2048
-# The longest a poll waits for a message (SPEC §3, `wait`): a message due later than this
-# from now cannot end any wait early.
+# The longest a poll waits for a message (its `wait`): a message due later than this from
+# now cannot end any wait early.
 MAX_WAIT_SECONDS = 20
 
 
@@ -284,9 +285,10 @@ class RandomSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """A queue's delays for messages released without one (SPEC §10): released after its
-    n-th delivery, a message is due again `min(max_delay, initial_delay × multiplier^(n−1))`
-    from now, spread uniformly over ±`jitter` of that.
+    """A queue's delays for messages released without one (docs/guide/failures.md):
+    released after its n-th delivery, a message is due again
+    `min(max_delay, initial_delay × multiplier^(n−1))` from now, spread uniformly over
+    ±`jitter` of that.
 
     The cap applies before the jitter, so a capped delay is spread like any other
     (up to `max_delay × (1 + jitter)`): capping after it would put every message
@@ -319,7 +321,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class PushTarget:
-    """Where a push queue's messages go (SPEC §12): each due message is POSTed to `url`,
+    """Where a push queue's messages go (docs/guide/push.md): each due message is POSTed to `url`,
     the whole request bounded by `timeout_ms`, at most `concurrency` at once per replica."""
 
     url: str

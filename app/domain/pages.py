@@ -1,5 +1,6 @@
 """Pages of a list (a queue's messages, its delivery history) and the opaque cursors
-that lead from one page to the next (SPEC §8).
+that lead from one page to the next (docs/guide/messages.md,
+docs/decisions/0013-list-pages.md).
 
 A cursor holds the position after the last row of its page: the next page starts
 strictly after it, so rows inserted behind it are not read again and rows ahead
@@ -23,6 +24,9 @@ DEFAULT_PAGE = 50
 # What a cursor looks like: base64url without padding (encode_cursor). One that does not
 # is invalid input; one that does but that no list handed out names no page.
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
+# The longest cursor a list takes. The longest one encode_cursor writes, after a key of
+# 200 characters of 4 UTF-8 bytes each, escaped in JSON and base64: ~1.1 KB.
+MAX_CURSOR_LENGTH = 2048
 
 
 class ListState(StrEnum):

@@ -1,5 +1,6 @@
-"""Push delivery's rules (SPEC §12): which target URLs a queue may push to, and the retry
-delays of pushes that failed in a queue with no `retry` setting of its own."""
+"""Push delivery's rules (docs/guide/push.md, docs/decisions/0016-push-delivery.md): which
+target URLs a queue may push to, its requests' bounds, and the retry delays of pushes that
+failed in a queue with no `retry` setting of its own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from urllib.parse import urlsplit
 from app.domain.messages import RetryPolicy
 
 # A failed push of a queue without a `retry` setting: 1 s after the first delivery,
-# doubling, at most 1 h, no jitter (SPEC §12).
+# doubling, at most 1 h, no jitter.
 PUSH_DEFAULT_RETRY = RetryPolicy(initial_delay_ms=1_000, max_delay_ms=3_600_000, multiplier=2.0)
 # Longer URLs are refused (the column's size).
 PUSH_URL_MAX = 2048
+# A push request's bound in seconds (connecting, sending, the answer), and the requests a
+# queue has in flight at once on each replica: each a default and the most it may say.
+DEFAULT_PUSH_TIMEOUT_SECONDS = 10.0
+MAX_PUSH_TIMEOUT_SECONDS = 300
+DEFAULT_PUSH_CONCURRENCY = 4
+MAX_PUSH_CONCURRENCY = 100
 # What the API's schema says of a push url (the rest is url_problem's and the prefixes').
 PUSH_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[!-\[\]-~]+$"
 # Printable ASCII without space and backslash: what a URL is written with here. A

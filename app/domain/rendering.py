@@ -1,5 +1,6 @@
-"""A message as JSON, exactly as the API shows it (SPEC §3): the poll's answer renders its
-messages with these pieces, and push delivery sends one as a request's body (SPEC §12).
+"""A message as JSON, exactly as the API shows it (docs/api/index.md): the poll's answer
+renders its messages with these pieces, and push delivery sends one as a request's body
+(docs/guide/push.md).
 
 Stored payloads are already compact UTF-8 JSON (app/domain/payloads.py), so they stand
 in the output as they are, never decoded and encoded again (app/api/rendering.py says

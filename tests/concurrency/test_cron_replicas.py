@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry, run_key
 from app.domain.messages import IfExists, Offer
+from app.domain.schedule import Schedule, config_hash
 from app.main import create_app
 from app.storage.blocking import create_blocking_storage
 from tests.conftest import START_MS, FakeClock, truncate_all

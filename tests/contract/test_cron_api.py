@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.cron.bounds import MAX_RUN_BYTES_PER_ENTRY, MAX_RUNS_PER_ENTRY, runs_allowed
-from app.cron.schedule import LATEST_RUN_MS, Schedule, config_hash
 from app.domain.cron import CronEntry, run_key
 from app.domain.errors import StorageUnavailable
 from app.domain.formats import parse_timestamp
 from app.domain.messages import MAX_DELAY_SECONDS, IfExists, Offer
+from app.domain.schedule import LATEST_RUN_MS, Schedule, config_hash
 from app.main import create_app
 from tests.support.helpers import at, cron_rows, history_rows, keys_of, poll, stored_rows
 

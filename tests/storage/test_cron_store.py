@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import select, text
 
 from app.config import Settings
-from app.cron.schedule import Schedule, config_hash
 from app.domain.cron import CronEntry, InstallOutcome, run_key
 from app.domain.messages import IfExists, Offer
+from app.domain.schedule import Schedule, config_hash
 from app.storage.blocking import create_blocking_storage
 from app.storage.cron_entries import _runs_of
 from app.storage.schema import upgrade_to_head

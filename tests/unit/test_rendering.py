@@ -18,18 +18,20 @@ from app.api.rendering import (
     poll_response,
     with_payload,
 )
-from app.api.schemas import (
+from app.api.schemas.cron import CronEntryResponse
+from app.api.schemas.locks import (
     AcknowledgeResponse,
-    BatchResponse,
-    BatchResult,
-    CronEntryResponse,
     DeliveredMessage,
     DeliveryKind,
     ExtendResponse,
-    MessageResponse,
-    OfferResponse,
     PollResponse,
     ReleaseResponse,
+)
+from app.api.schemas.messages import (
+    BatchResponse,
+    BatchResult,
+    MessageResponse,
+    OfferResponse,
 )
 from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cron.schedule import (
+from app.domain.cron import LIKE_ESCAPE, run_key, run_key_pattern, run_key_range
+from app.domain.schedule import (
     CRON_EXPRESSION_PATTERN,
     LATEST_RUN_MS,
     InvalidSchedule,
@@ -21,7 +22,6 @@ from app.cron.schedule import (
     most_runs_within,
     next_runs,
 )
-from app.domain.cron import LIKE_ESCAPE, run_key, run_key_pattern, run_key_range
 
 
 def ms(text: str) -> int:

@@ -3,27 +3,25 @@ uninstall."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 
-from app.api.deps import Cron
+from app.api.deps import cron_of
 from app.api.openapi import problem_responses
 from app.api.rendering import json_response, with_payload
-from app.api.schemas import (
-    RFC3339_PATTERN,
-    TIMES,
+from app.api.schemas.cron import (
     CronEntryResponse,
     CronInstallRequest,
     CronInstallResponse,
     CronListResponse,
     CronName,
-    QueueName,
-    parse_timestamp,
+    RunsAfter,
+    RunsShown,
 )
+from app.api.schemas.fields import QueueName
 from app.cron.service import CronSpec, CronView
-from app.domain.cron import InstallOutcome
+from app.domain.cron import DEFAULT_RUNS_SHOWN, InstallOutcome
+from app.domain.formats import parse_timestamp
 
 router = APIRouter(prefix="/v1/queues/{queue}/cron", tags=["cron"])
 
@@ -69,7 +67,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
     },
 )
 async def install(
-    queue: QueueName, name: CronName, body: CronInstallRequest, cron: Cron
+    queue: QueueName, name: CronName, body: CronInstallRequest, request: Request
 ) -> Response:
     spec = CronSpec(
         schedule=body.schedule(),
@@ -79,7 +77,7 @@ async def install(
         group=body.group,
         ttl_seconds=body.ttl,
     )
-    outcome, view = await cron.install(queue, name, spec)
+    outcome, view = await cron_of(request).install(queue, name, spec)
     return json_response(
         _answer(view, outcome),
         status.HTTP_201_CREATED if outcome is InstallOutcome.CREATED else status.HTTP_200_OK,
@@ -92,8 +90,8 @@ async def install(
     summary="The queue's cron entries, each with its next 5 runs",
     responses=problem_responses(422, 503),
 )
-async def list_entries(queue: QueueName, cron: Cron) -> Response:
-    views = await cron.list_entries(queue)
+async def list_entries(queue: QueueName, request: Request) -> Response:
+    views = await cron_of(request).list_entries(queue)
     return json_response(b'{"entries":[' + b",".join(map(_answer, views)) + b"]}")
 
 
@@ -106,17 +104,9 @@ async def list_entries(queue: QueueName, cron: Cron) -> Response:
 async def get_entry(
     queue: QueueName,
     name: CronName,
-    cron: Cron,
-    after: Annotated[
-        str | None,
-        Query(
-            pattern=RFC3339_PATTERN,
-            json_schema_extra={"format": "date-time"},
-            description=f"RFC 3339 instant ({TIMES}); default: now. Runs fall after "
-            "0001-01-03T00:00:00Z and at the latest on 9999-12-30T00:00:00Z",
-        ),
-    ] = None,
-    count: Annotated[int, Query(ge=1, le=100, description="How many runs to show")] = 5,
+    request: Request,
+    after: RunsAfter = None,
+    count: RunsShown = DEFAULT_RUNS_SHOWN,
 ) -> Response:
     start = None
     if after is not None:
@@ -124,7 +114,7 @@ async def get_entry(
             start = parse_timestamp(after)
         except ValueError as error:  # a day its month does not have
             raise _invalid_query("after", str(error)) from error
-    return json_response(_answer(await cron.get(queue, name, after=start, count=count)))
+    return json_response(_answer(await cron_of(request).get(queue, name, after=start, count=count)))
 
 
 @router.post(
@@ -135,8 +125,8 @@ async def get_entry(
     "is no error.",
     responses=problem_responses(404, 422, 503),
 )
-async def pause_entry(queue: QueueName, name: CronName, cron: Cron) -> Response:
-    return json_response(_answer(await cron.pause(queue, name)))
+async def pause_entry(queue: QueueName, name: CronName, request: Request) -> Response:
+    return json_response(_answer(await cron_of(request).pause(queue, name)))
 
 
 @router.post(
@@ -146,8 +136,8 @@ async def pause_entry(queue: QueueName, name: CronName, cron: Cron) -> Response:
     description="Resuming an entry that is not paused is no error.",
     responses=problem_responses(404, 422, 503),
 )
-async def resume_entry(queue: QueueName, name: CronName, cron: Cron) -> Response:
-    return json_response(_answer(await cron.resume(queue, name)))
+async def resume_entry(queue: QueueName, name: CronName, request: Request) -> Response:
+    return json_response(_answer(await cron_of(request).resume(queue, name)))
 
 
 @router.delete(
@@ -156,8 +146,8 @@ async def resume_entry(queue: QueueName, name: CronName, cron: Cron) -> Response
     summary="Uninstall: delete the entry and its runs not yet delivered",
     responses=problem_responses(404, 422, 503),
 )
-async def uninstall(queue: QueueName, name: CronName, cron: Cron) -> Response:
-    await cron.uninstall(queue, name)
+async def uninstall(queue: QueueName, name: CronName, request: Request) -> Response:
+    await cron_of(request).uninstall(queue, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

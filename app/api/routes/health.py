@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import Cron, Service
+from app.api.deps import cron_of, service_of
 from app.api.errors import unavailable
 from app.api.openapi import problem_responses
-from app.api.schemas import HealthResponse, ReadyResponse
+from app.api.schemas.health import HealthResponse, ReadyResponse
 from app.domain.errors import StorageUnavailable
 
 router = APIRouter(tags=["health"])
@@ -24,9 +24,9 @@ async def healthz() -> HealthResponse:
     summary="200 when the database answers and its schema is at this release's head",
     responses=problem_responses(503),
 )
-async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the 503
+async def readyz(request: Request) -> ReadyResponse | Response:  # Response: the 503
     try:
-        schema = await service.upkeep.schema_status()
+        schema = await service_of(request).upkeep.schema_status()
     except StorageUnavailable:
         return unavailable("the database does not answer")
     if not schema.ready:
@@ -43,7 +43,9 @@ async def readyz(service: Service) -> ReadyResponse | Response:  # Response: the
     response_class=Response,
     responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
 )
-async def metrics(request: Request, service: Service, cron: Cron) -> Response:
+async def metrics(request: Request) -> Response:
+    service = service_of(request)
+
     async def ready() -> bool:
         return (await service.upkeep.schema_status()).ready
 
@@ -51,7 +53,7 @@ async def metrics(request: Request, service: Service, cron: Cron) -> Response:
     await metrics.refresh_queues(
         service.list_queues,
         service.settings.configured,
-        cron.entry_names,
+        cron_of(request).entry_names,
         read_ready=ready,
         read_table_health=service.upkeep.table_health,
     )

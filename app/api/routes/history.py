@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Request
 
-from fastapi import APIRouter, Query
-
-from app.api.deps import Lists
+from app.api.deps import lists_of
 from app.api.openapi import problem_responses
-from app.api.schemas import (
-    Cursor,
+from app.api.schemas.fields import Cursor, PageLimit, QueueName
+from app.api.schemas.history import (
     HistoryEntryResponse,
     HistoryResponse,
-    PageLimit,
-    QueueName,
+    KeyFilter,
+    OutcomeFilter,
 )
-from app.domain.formats import KEY_PATTERN
-from app.domain.messages import Finish
 from app.domain.pages import DEFAULT_PAGE
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
@@ -29,18 +25,18 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
 )
 async def list_history(
     queue: QueueName,
-    lists: Lists,
-    key: Annotated[
-        str | None, Query(pattern=KEY_PATTERN, description="Only this key's rows")
-    ] = None,
-    outcome: Annotated[Finish | None, Query(description="Only rows of this outcome")] = None,
+    request: Request,
+    key: KeyFilter = None,
+    outcome: OutcomeFilter = None,
     limit: PageLimit = DEFAULT_PAGE,
     cursor: Cursor = None,
 ) -> HistoryResponse:
     """A row is written when a message leaves the queue: acknowledged, dead-lettered, or
     dropped (deleted, purged, replaced, a cron run withdrawn), while
     HOURGLASS_HISTORY is on; rows older than HOURGLASS_HISTORY_RETENTION are pruned."""
-    page = await lists.history(queue, key=key, outcome=outcome, cursor=cursor, limit=limit)
+    page = await lists_of(request).history(
+        queue, key=key, outcome=outcome, cursor=cursor, limit=limit
+    )
     return HistoryResponse(
         entries=[
             HistoryEntryResponse(

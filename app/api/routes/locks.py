@@ -10,14 +10,14 @@ from app.api.deps import service_of
 from app.api.lean import lean_route
 from app.api.openapi import problem_responses
 from app.api.rendering import extend_response, keyed_response, poll_response
-from app.api.schemas import (
+from app.api.schemas.fields import QueueName
+from app.api.schemas.locks import (
     AcknowledgeRequest,
     AcknowledgeResponse,
     ExtendRequest,
     ExtendResponse,
     PollRequest,
     PollResponse,
-    QueueName,
     ReleaseRequest,
     ReleaseResponse,
 )

@@ -3,13 +3,11 @@ the update and the batch are hot: served by a LeanRoute (app/api/lean.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Request, Response, status
 
-from app.api.auth import queue_filter
-from app.api.deps import Lists, service_of
+from app.api.deps import allowed_queues, lists_of, service_of
 from app.api.lean import lean_route
 from app.api.openapi import problem_responses
 from app.api.rendering import (
@@ -18,19 +16,18 @@ from app.api.rendering import (
     message_response,
     offer_response,
 )
-from app.api.schemas import (
+from app.api.schemas.fields import Cursor, PageLimit, QueueName
+from app.api.schemas.messages import (
     BatchRequest,
     BatchResponse,
-    Cursor,
     GroupFilter,
     KeyPrefix,
     MessageKey,
     MessageListResponse,
     MessageResponse,
     OfferResponse,
-    PageLimit,
     PutMessage,
-    QueueName,
+    StateFilter,
     UpdateMessage,
 )
 from app.domain.messages import OfferRequest, Outcome
@@ -63,7 +60,7 @@ async def put_message(
             priority=body.priority,
             group=body.group,
         ),
-        queue_filter(request.scope),
+        allowed_queues(request),
     )
     created = result.outcome is Outcome.CREATED
     return offer_response(result, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -89,7 +86,7 @@ async def update_message(
             priority=body.priority,
             group=body.group,
         ),
-        queue_filter(request.scope),
+        allowed_queues(request),
     )
     return offer_response(result)
 
@@ -118,10 +115,8 @@ async def create_message(queue: QueueName, body: UpdateMessage, request: Request
 )
 async def list_messages(
     queue: QueueName,
-    lists: Lists,
-    state: Annotated[
-        ListState, Query(description="`ready`, `scheduled`, `leased`, or `all`")
-    ] = ListState.ALL,
+    request: Request,
+    state: StateFilter = ListState.ALL,
     prefix: KeyPrefix = None,
     group: GroupFilter = None,
     limit: PageLimit = DEFAULT_PAGE,
@@ -131,7 +126,7 @@ async def list_messages(
     while offers and polls go on lists no message twice in one walk, and skips none
     that stayed in place (a message offered or polled meanwhile has moved, and is
     left to a new walk). A page stops early rather than pass the poll's byte bound."""
-    page = await lists.messages(
+    page = await lists_of(request).messages(
         queue, state=state, prefix=prefix, group=group, cursor=cursor, limit=limit
     )
     return message_list_response(page.messages, page.next)
@@ -180,5 +175,5 @@ async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) ->
         )
         for item in body.messages
     ]
-    outcomes = await service_of(request).offer_many(queue, requests, queue_filter(request.scope))
+    outcomes = await service_of(request).offer_many(queue, requests, allowed_queues(request))
     return batch_response([request.key for request in requests], outcomes)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
-from app.api.deps import AllowedQueues, Service
+from app.api.deps import allowed_queues, service_of
 from app.api.openapi import problem_responses
-from app.api.schemas import (
+from app.api.schemas.fields import QueueName
+from app.api.schemas.queues import (
     PurgeResponse,
     PushResponse,
     PushSettings,
     QueueListResponse,
-    QueueName,
     QueueSettingsRequest,
     QueueSettingsResponse,
     QueueStatsResponse,
@@ -37,11 +37,14 @@ def _stats_response(stats: QueueStats) -> QueueStatsResponse:
 @router.get(
     "", summary="Every queue that holds messages, with its stats", responses=problem_responses(503)
 )
-async def list_queues(service: Service, allowed: AllowedQueues) -> QueueListResponse:
+async def list_queues(request: Request) -> QueueListResponse:
     # A token limited to some queues sees only those.
+    allowed = allowed_queues(request)
     return QueueListResponse(
         queues=[
-            _stats_response(stats) for stats in await service.list_queues() if allowed(stats.queue)
+            _stats_response(stats)
+            for stats in await service_of(request).list_queues()
+            if allowed(stats.queue)
         ]
     )
 
@@ -51,8 +54,8 @@ async def list_queues(service: Service, allowed: AllowedQueues) -> QueueListResp
     summary="A queue's stats (zeros for an unknown queue)",
     responses=problem_responses(422, 503),
 )
-async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
-    return _stats_response(await service.stats(queue))
+async def queue_stats(queue: QueueName, request: Request) -> QueueStatsResponse:
+    return _stats_response(await service_of(request).stats(queue))
 
 
 @router.post(
@@ -64,8 +67,8 @@ async def queue_stats(queue: QueueName, service: Service) -> QueueStatsResponse:
     "the first pause's), and any queue name may be paused.",
     responses=problem_responses(422, 503),
 )
-async def pause_queue(queue: QueueName, service: Service) -> QueueStatsResponse:
-    return _stats_response(await service.pause(queue))
+async def pause_queue(queue: QueueName, request: Request) -> QueueStatsResponse:
+    return _stats_response(await service_of(request).pause(queue))
 
 
 @router.post(
@@ -74,14 +77,14 @@ async def pause_queue(queue: QueueName, service: Service) -> QueueStatsResponse:
     description="Resuming a queue that is not paused is no error.",
     responses=problem_responses(422, 503),
 )
-async def resume_queue(queue: QueueName, service: Service) -> QueueStatsResponse:
-    return _stats_response(await service.resume(queue))
+async def resume_queue(queue: QueueName, request: Request) -> QueueStatsResponse:
+    return _stats_response(await service_of(request).resume(queue))
 
 
 # `confirm` is required, and the schema says so: a request without it is not one the
 # schema allows. The service still answers it (and a `confirm` naming another queue)
-# with SPEC §3's 400, so FastAPI reads the parameter as optional and the schema gets it
-# from here.
+# with a 400 that says how to confirm, so FastAPI reads the parameter as optional and
+# the schema gets it from here.
 _CONFIRM_PARAMETER = {
     "name": "confirm",
     "in": "query",
@@ -99,10 +102,10 @@ _CONFIRM_PARAMETER = {
 )
 async def purge_queue(
     queue: QueueName,
-    service: Service,
+    request: Request,
     confirm: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> PurgeResponse:
-    return PurgeResponse(deleted=await service.purge(queue, confirm))
+    return PurgeResponse(deleted=await service_of(request).purge(queue, confirm))
 
 
 def _settings_response(settings: QueueSettings, default_lease_ms: int) -> QueueSettingsResponse:
@@ -165,7 +168,8 @@ def _rate(rate: RateSettings | None) -> Rate | None:
     summary="A queue's settings, defaults filled in",
     responses=problem_responses(422, 503),
 )
-async def get_settings(queue: QueueName, service: Service) -> QueueSettingsResponse:
+async def get_settings(queue: QueueName, request: Request) -> QueueSettingsResponse:
+    service = service_of(request)
     return _settings_response(await service.settings.get(queue), service.default_lease_ms)
 
 
@@ -182,8 +186,9 @@ async def get_settings(queue: QueueName, service: Service) -> QueueSettingsRespo
     responses=problem_responses(403, 422, 503),
 )
 async def put_settings(
-    queue: QueueName, body: QueueSettingsRequest, service: Service, allowed: AllowedQueues
+    queue: QueueName, body: QueueSettingsRequest, request: Request
 ) -> QueueSettingsResponse:
+    service = service_of(request)
     settings = await service.settings.put(
         queue,
         default_lease_seconds=body.default_lease,
@@ -194,7 +199,7 @@ async def put_settings(
         group_concurrency=body.group_concurrency,
         max_leased=body.max_leased,
         rate=_rate(body.rate),
-        may_use=allowed,
+        may_use=allowed_queues(request),
     )
     return _settings_response(settings, service.default_lease_ms)
 
@@ -208,8 +213,8 @@ async def put_settings(
     "outside them (`forbidden`). A `to` outside them is `403`.",
     responses=problem_responses(403, 422, 503),
 )
-async def redrive(
-    queue: QueueName, body: RedriveRequest, service: Service, allowed: AllowedQueues
-) -> RedriveResponse:
-    result = await service.upkeep.redrive(queue, body.to, body.max or 2**63 - 1, allowed)
+async def redrive(queue: QueueName, body: RedriveRequest, request: Request) -> RedriveResponse:
+    result = await service_of(request).upkeep.redrive(
+        queue, body.to, body.max or 2**63 - 1, allowed_queues(request)
+    )
     return RedriveResponse(moved=result.moved, skipped=result.skipped, forbidden=result.forbidden)

@@ -54,7 +54,7 @@ def build_entry_runs(
     A dialect whose `<` and `>` on keys do not compare bytes gives `after` and `before`
     that do, and `also`, further conditions its indexes need; `unindexed` wraps the
     other columns compared, to keep their indexes out of the plan. The bounds
-    (app/cron/schedule.py: run_key_range) make an entry's runs one range of an index,
+    (app/domain/cron.py: run_key_range) make an entry's runs one range of an index,
     whatever else the queue holds: a LIKE alone was a scan of the queue (an uninstall
     took 1.7-2.2 s beside 100,000 messages on MariaDB, 37 ms on PostgreSQL).
     The pattern (run_key_pattern) then drops the runs of entries named `name/…`, whose

@@ -57,7 +57,7 @@ export async function queuePage(context) {
     const current = settingsPart.current();
     const deadLetterQueue = current.dead_letter_queue;
     fill(deadLetterLine, "dead letters go to ", link(queueHref(deadLetterQueue), deadLetterQueue));
-    // Where the service pushes the queue's messages, if it does (SPEC §12).
+    // Where the service pushes the queue's messages, if it does (docs/guide/push.md).
     fill(
       pushLine,
       current.push ? ["pushed to ", h("code", {}, current.push.url), ` (${current.push.concurrency} at once, ${number(current.push.timeout)} s timeout)`] : [],
