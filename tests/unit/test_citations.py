@@ -23,6 +23,9 @@ CITATIONS = {
     "a section sign": re.compile("§"),
     "an issue number": re.compile(r"\bissues?\s+#?\d", re.IGNORECASE),
     "a link to an issue or pull request": re.compile(r"/(?:issues|pull)/\d"),
+    # bench/RESULTS.md holds the current figures, rewritten round after round: cite the
+    # file (or the figure itself), never one of its sections by name.
+    "a section of bench/RESULTS.md": re.compile(r"RESULTS\.md(?:,\s*|\s*\(\s*)[\"\u201c]"),
 }
 # A link to a third-party project's own tracker, where a comment explains a workaround
 # for one of its bugs, may stay: list the exact URL here. None is needed today.
