@@ -1,4 +1,5 @@
-"""create_app(settings): the FastAPI application; its lifespan owns the engine and the service."""
+"""create_app(settings): the FastAPI application; its lifespan builds the storage and the
+services once, starts their background loops, and stops them in order."""
 
 from __future__ import annotations
 
