@@ -23,6 +23,7 @@ from fastapi import Request
 from app.api.auth import QUEUE_FILTER
 from app.cron.service import CronService
 from app.domain.messages import QueueFilter, every_queue
+from app.metrics import Metrics
 from app.queue.lists import QueueLists
 from app.queue.service import QueueService
 
@@ -40,6 +41,11 @@ def lists_of(request: Request) -> QueueLists:
 def cron_of(request: Request) -> CronService:
     """The cron service: entries and their runs."""
     return request.app.state.cron
+
+
+def metrics_of(request: Request) -> Metrics:
+    """The service's metrics: what /metrics shows, fed by the services' events."""
+    return request.app.state.metrics
 
 
 def allowed_queues(request: Request) -> QueueFilter:

@@ -1,8 +1,8 @@
 """The contract's bounds on requests that no domain type owns: leases, polls, batches, lock
 keys, retry growth, deliveries and rates.
 
-A client relies on each (docs/api/index.md lists them), and the API's schemas enforce
-them. Bounds that belong to a type stay beside it: delays, ttls, priorities and groups in
+A client relies on each (docs/api/reference.md shows each field's bounds, and
+docs/api/index.md the rules around them), and the API's schemas enforce them. Bounds that belong to a type stay beside it: delays, ttls, priorities and groups in
 messages.py, pages and cursors in pages.py, push targets in push.py, an entry's lookahead
 in cron.py and its schedule's in schedule.py, payloads in payloads.py.
 """

@@ -39,7 +39,7 @@ def spark_session(
         if (master or "local").startswith("local"):
             # Short jobs in one JVM: the C2 compiler's warm-up took a whole core for
             # seconds of a 1,000,000-row import (4.9 s of CPU in a 20 s import; with C1
-            # alone the first job's JVM CPU fell from 15.0 to 9.8 s, bench/RESULTS.md);
+            # alone the first job's JVM CPU fell from 15.0 to 9.8 s, bench/ARCHIVE.md);
             # C1's code is fast enough for the little the JVM does here.
             builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         # The Python workers run this interpreter, which has this package, unless

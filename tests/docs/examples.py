@@ -143,6 +143,21 @@ def commands(text: str) -> list[str]:
     return commands + (["\n".join(current)] if current else [])
 
 
+# The output a page shows for a print: a comment at the end of the line that prints.
+_PRINTS = re.compile(r"^\s*print\(.*\)\s*#\s?(?P<shown>.+)$", re.MULTILINE)
+_PRINTED_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
+
+
+def shown_prints(block: Block) -> list[str]:
+    """What the page says a block prints, line by line (from `print(…)  # shown`)."""
+    return [match["shown"].strip() for match in _PRINTS.finditer(block.text)]
+
+
+def same_print(shown: str, printed: str) -> bool:
+    """A printed line as the page shows it, but for times the service chose."""
+    return _PRINTED_TIME.sub("<time>", shown) == _PRINTED_TIME.sub("<time>", printed.strip())
+
+
 def file_name(block: Block) -> str:
     return block.text.lstrip().split("\n", 1)[0][2:]
 

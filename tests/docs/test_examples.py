@@ -13,6 +13,7 @@ import ast
 import contextlib
 import io
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -33,6 +34,8 @@ from tests.docs.examples import (
     kind_of,
     mismatch,
     read_page,
+    same_print,
+    shown_prints,
 )
 from tests.support.helpers import wait_until
 from tests.support.server import free_port, running_server
@@ -56,16 +59,20 @@ def test_every_block_runs_or_says_why(path):
         "blocks no test runs and that do not say why (`<!-- not run: why -->` or "
         f"`<!-- run by: tests/file.py::test_name -->` on the line before): {unmarked}"
     )
+    runners = []
     for block in page.blocks:
         if block.marker is None:
             continue
         kind, what = block.marker
         assert what, f"{block.where}: `{kind}:` says nothing"
         if kind == "run by":
-            _check_runner(block, what)
+            runners.append(_check_runner(block, what))
+    for index, block in enumerate(page.blocks):
+        if kind_of(block) == "file":
+            _check_used(block, page.blocks[index + 1 :], runners)
 
 
-def _check_runner(block: Block, what: str) -> None:
+def _check_runner(block: Block, what: str) -> str:
     file, _, test = what.partition("::")
     runner = ROOT / file
     assert runner.is_file(), f"{block.where}: {file} does not exist"
@@ -77,9 +84,19 @@ def _check_runner(block: Block, what: str) -> None:
     }
     assert test in defined, f"{block.where}: {file} has no {test}"
     page = block.page.relative_to(ROOT)
-    assert str(page) in source or repr(page.parts)[1:-1] in source or page.name in source, (
-        f"{block.where}: {file} does not read {page}"
-    )
+    by_parts = " / ".join(f'"{part}"' for part in page.parts)  # ROOT / "docs" / "x.md"
+    assert str(page) in source or by_parts in source, f"{block.where}: {file} does not read {page}"
+    return source
+
+
+def _check_used(block: Block, later: list[Block], runners: list[str]) -> None:
+    """A file a page shows is run: a later block of the page runs or imports it, or a test
+    that runs one of the page's blocks uses it."""
+    name = file_name(block)
+    stem = re.escape(Path(name).stem)
+    uses = re.compile(rf"\b{stem}\b")
+    users = [b.text for b in later if kind_of(b) in ("curl", "python", "marked")] + runners
+    assert any(uses.search(text) for text in users), f"{block.where}: nothing runs {name}"
 
 
 RUNNABLE = [path for path in PAGES if read_page(path).runnable]
@@ -103,11 +120,23 @@ def test_the_page_runs_as_written(path, tmp_path, monkeypatch):
                 with contextlib.redirect_stdout(output):
                     code = compile(bind(block.text, bindings, server.url), block.where, "exec")
                     exec(code, namespace)  # noqa: S102 - the page's own example
+                _check_prints(block, output.getvalue())
             else:
                 _run_commands(block, server.url, bindings)
             _check_alive(server, block)
     for module in [name for name in sys.modules if (tmp_path / f"{name}.py").exists()]:
         del sys.modules[module]  # the page's own files: the next page may write others
+
+
+def _check_prints(block: Block, output: str) -> None:
+    """What a block prints is what the page shows beside its prints, line for line."""
+    shown = shown_prints(block)
+    if not shown:
+        return
+    printed = output.splitlines()
+    assert len(printed) == len(shown) and all(map(same_print, shown, printed)), (
+        f"{block.where}: the page shows it prints {shown}, it printed {printed}"
+    )
 
 
 def _check_alive(server, block: Block) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import cron_of, service_of
+from app.api.deps import cron_of, metrics_of, service_of
 from app.api.errors import unavailable
 from app.api.openapi import problem_responses
 from app.api.schemas.health import HealthResponse, ReadyResponse
@@ -49,7 +49,7 @@ async def metrics(request: Request) -> Response:
     async def ready() -> bool:
         return (await service.upkeep.schema_status()).ready
 
-    metrics = request.app.state.metrics
+    metrics = metrics_of(request)
     await metrics.refresh_queues(
         service.list_queues,
         service.settings.configured,

@@ -3,7 +3,7 @@ each statement awaited directly on the event loop (docs/decisions/0022-one-hop-p
 
 No SQLAlchemy engine, pool or greenlet stands between the storage rooms and psycopg: a
 statement is a SQLAlchemy Core object compiled once (`DirectStatements`, decision 5) and
-sent with `await cursor.execute(…)`. Profiles (bench/RESULTS.md) put SQLAlchemy's
+sent with `await cursor.execute(…)`. Profiles (bench/ARCHIVE.md) put SQLAlchemy's
 execution layer over psycopg at ~200 µs of CPU per statement, and its pool checkout and
 the greenlet hops of the earlier direct path at ~18% of an empty poll.
 
