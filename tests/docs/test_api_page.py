@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from app.api import errors
-from tests.docs.examples import ROOT
+from tests.support.examples import ROOT
 
 API_PAGE = ROOT / "docs" / "api" / "index.md"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.docs.examples import (
+from tests.support.examples import (
     ROOT,
     Block,
     bind,

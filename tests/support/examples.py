@@ -1,5 +1,6 @@
-"""The docs' code blocks, read as the examples they are: which ones run, and how an answer a
-page shows is compared with the one the service gives (docs/development.md, "Examples")."""
+"""The docs' code blocks, read as the examples they are (tests/docs/test_examples.py runs
+them): which ones run, and how an answer a page shows is compared with the service's
+(docs/development.md, "Examples")."""
 
 from __future__ import annotations
 
