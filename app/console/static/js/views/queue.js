@@ -3,7 +3,7 @@
 // its recent history, its settings (editable), and its actions: pause and resume it or a
 // cron entry, delete a message, redrive dead letters, purge.
 
-import { ApiError, call, get, paths } from "../api.js";
+import { call, get, paths } from "../api.js";
 import {
   confirmAction,
   countCell,
@@ -19,7 +19,7 @@ import {
   utc,
   when,
 } from "../dom.js";
-import { act, historySection, loadInto, section } from "./parts.js";
+import { act, deleteMessage, historySection, loadInto, section } from "./parts.js";
 
 const PAGE_SIZE = 25;
 const COUNTS_MILLISECONDS = 5000;
@@ -147,22 +147,6 @@ function countCards(stats) {
     card("Oldest ready", when(stats.oldest_ready_at), "oldest-ready"),
     card("Next scheduled", when(stats.next_scheduled_at), "next-scheduled"),
   ];
-}
-
-/** Ask, then delete `key` from `queue`; true when it is gone (or was already). */
-export async function deleteMessage(context, queue, key) {
-  const confirmed = await confirmAction({
-    title: "Delete this message?",
-    text: `The message “${key}” leaves queue ${queue} for good; a worker holding it can no longer acknowledge it.`,
-    action: "Delete message",
-  });
-  if (!confirmed) return false;
-  try {
-    await call("DELETE", paths.message(queue, key), { signal: context.signal });
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 404)) throw error; // 404: gone already
-  }
-  return true;
 }
 
 function messagesSection(context, refreshCounts, sawDeadLetters) {
