@@ -3,7 +3,7 @@
 // its recent history, its settings (editable), and its actions: pause and resume it or a
 // cron entry, delete a message, redrive dead letters, purge.
 
-import { call, get, paths } from "../api.js";
+import { call, get, paths } from "../../api.js";
 import {
   confirmAction,
   countCell,
@@ -18,8 +18,8 @@ import {
   table,
   utc,
   when,
-} from "../dom.js";
-import { act, deleteMessage, historySection, loadInto, section } from "./parts.js";
+} from "../../dom.js";
+import { act, deleteMessage, historySection, loadInto, section } from "../parts.js";
 
 const PAGE_SIZE = 25;
 const COUNTS_MILLISECONDS = 5000;
