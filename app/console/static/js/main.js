@@ -6,7 +6,7 @@ import { ApiError, Unreachable, forgetToken, keepToken, storedToken } from "./ap
 import { fill, h, link } from "./dom.js";
 import { messagePage } from "./views/message.js";
 import { overviewPage } from "./views/overview.js";
-import { queuePage } from "./views/queue.js";
+import { queuePage } from "./views/queue/index.js";
 
 const view = document.getElementById("view");
 const crumbs = document.getElementById("crumbs");

@@ -3,8 +3,7 @@
 
 import { ApiError, get, paths } from "../api.js";
 import { expiredBadge, fill, fullTime, h, link, number, queueHref, stateBadge } from "../dom.js";
-import { act, historySection } from "./parts.js";
-import { deleteMessage } from "./queue.js";
+import { act, deleteMessage, historySection } from "./parts.js";
 
 export async function messagePage(context) {
   const { queue, key } = context.params;

@@ -1,9 +1,9 @@
 // What the queue and message pages share: titled sections that load on their own and
 // say why when they cannot, actions that report their failure beside their button,
-// and the history table.
+// deleting a message, and the history table.
 
-import { ApiError, Unreachable, get, paths } from "../api.js";
-import { fill, h, link, messageHref, number, table, when } from "../dom.js";
+import { ApiError, Unreachable, call, get, paths } from "../api.js";
+import { confirmAction, fill, h, link, messageHref, number, table, when } from "../dom.js";
 
 /** A titled part of a page; `body` is where its content goes, `extra` beside the title. */
 export function section(title, id, ...extra) {
@@ -47,6 +47,22 @@ export async function act(context, where, work) {
 /** Put what `load` builds into `body`, or why it could not be loaded. */
 export function loadInto(context, body, load) {
   return act(context, body, async () => fill(body, await load()));
+}
+
+/** Ask, then delete `key` from `queue`; true when it is gone (or was already). */
+export async function deleteMessage(context, queue, key) {
+  const confirmed = await confirmAction({
+    title: "Delete this message?",
+    text: `The message “${key}” leaves queue ${queue} for good; a worker holding it can no longer acknowledge it.`,
+    action: "Delete message",
+  });
+  if (!confirmed) return false;
+  try {
+    await call("DELETE", paths.message(queue, key), { signal: context.signal });
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 404)) throw error; // 404: gone already
+  }
+  return true;
 }
 
 const HISTORY_SIZE = 20;
