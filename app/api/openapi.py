@@ -29,6 +29,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         version=app.version,
         description=app.description,
         routes=app.routes,
+        license_info={"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        # Relative: the document is served by the service it describes, wherever that runs.
+        servers=[{"url": "/", "description": "The service that serves this document"}],
     )
     schema.setdefault("components", {})["securitySchemes"] = {
         "bearer": {
@@ -47,6 +50,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses.setdefault("401", {"description": "No valid bearer token"})
                 if path != METRICS_PATH:
                     responses.setdefault("403", {"description": "The token may not use this queue"})
+            else:
+                operation["security"] = []  # open: probes call it without a token
             if "requestBody" in operation:
                 # The service's own bound on how long a body may take to arrive (app/server.py).
                 operation.setdefault("responses", {}).setdefault(

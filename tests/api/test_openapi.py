@@ -67,3 +67,66 @@ def _names(path: str, url: str) -> bool:
     pattern = re.escape(path).replace(r"\{name\}", ".+").replace(r"\{key\}", ".+")
     pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
     return re.fullmatch(pattern, url) is not None
+
+
+# Operation ids are what a generated client names its methods after (openapi-typescript's
+# `paths`, openapi-python-client, openapi-generator): renaming one breaks every such client,
+# so they are held here, and a change to one is a change to this list.
+OPERATION_IDS = {
+    ("GET", "/healthz"): "checkLiveness",
+    ("GET", "/readyz"): "checkReadiness",
+    ("GET", "/metrics"): "getMetrics",
+    ("GET", "/v1/queues"): "listQueues",
+    ("GET", "/v1/queues/{queue}"): "getQueueStats",
+    ("DELETE", "/v1/queues/{queue}"): "purgeQueue",
+    ("POST", "/v1/queues/{queue}/pause"): "pauseQueue",
+    ("POST", "/v1/queues/{queue}/resume"): "resumeQueue",
+    ("GET", "/v1/queues/{queue}/settings"): "getQueueSettings",
+    ("PUT", "/v1/queues/{queue}/settings"): "replaceQueueSettings",
+    ("POST", "/v1/queues/{queue}/redrive"): "redriveQueue",
+    ("GET", "/v1/queues/{queue}/history"): "listHistory",
+    ("PUT", "/v1/queues/{queue}/messages/{key}"): "offerMessage",
+    ("POST", "/v1/queues/{queue}/messages/{key}"): "updateMessage",
+    ("GET", "/v1/queues/{queue}/messages/{key}"): "getMessage",
+    ("DELETE", "/v1/queues/{queue}/messages/{key}"): "deleteMessage",
+    ("POST", "/v1/queues/{queue}/messages"): "createMessage",
+    ("GET", "/v1/queues/{queue}/messages"): "listMessages",
+    ("POST", "/v1/queues/{queue}/batch"): "offerBatch",
+    ("POST", "/v1/queues/{queue}/poll"): "pollQueue",
+    ("DELETE", "/v1/queues/{queue}/locks/{lock_id}"): "acknowledgeLock",
+    ("PATCH", "/v1/queues/{queue}/locks/{lock_id}"): "extendLock",
+    ("POST", "/v1/queues/{queue}/locks/{lock_id}/ack"): "acknowledgeKeys",
+    ("POST", "/v1/queues/{queue}/locks/{lock_id}/release"): "releaseLock",
+    ("PUT", "/v1/queues/{queue}/cron/{name}"): "installCronEntry",
+    ("GET", "/v1/queues/{queue}/cron/{name}"): "getCronEntry",
+    ("DELETE", "/v1/queues/{queue}/cron/{name}"): "uninstallCronEntry",
+    ("GET", "/v1/queues/{queue}/cron"): "listCronEntries",
+    ("POST", "/v1/queues/{queue}/cron/{name}/pause"): "pauseCronEntry",
+    ("POST", "/v1/queues/{queue}/cron/{name}/resume"): "resumeCronEntry",
+}
+
+
+def test_operation_ids_are_short_lower_camel_case_unique_and_unchanged():
+    schema = yaml.safe_load(OPENAPI_FILE.read_text())
+    found = {
+        (method.upper(), path): operation.get("operationId")
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+    }
+    assert found == OPERATION_IDS
+    assert len(set(found.values())) == len(found)
+    for operation_id in found.values():
+        assert re.fullmatch(r"[a-z]+(?:[A-Z][a-z]+)*", operation_id), operation_id
+        assert len(operation_id) <= 30, operation_id
+
+
+def test_the_document_names_its_server_and_its_open_probes():
+    # What `redocly lint` (recommended rules, in .ci/run) asks of it: a server, a license,
+    # and the probes' openness said (an empty `security`), not left to a default.
+    schema = yaml.safe_load(OPENAPI_FILE.read_text())
+    assert schema["servers"] == [
+        {"url": "/", "description": "The service that serves this document"}
+    ]
+    assert schema["info"]["license"]["identifier"] == "Apache-2.0"
+    for probe in ("/healthz", "/readyz"):
+        assert schema["paths"][probe]["get"]["security"] == []

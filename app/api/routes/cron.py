@@ -65,6 +65,7 @@ def _answer(view: CronView, outcome: InstallOutcome | None = None) -> bytes:
         200: {"model": CronInstallResponse, "description": "Changed, or unchanged"},
         **problem_responses(413, 422, 503),
     },
+    operation_id="installCronEntry",
 )
 async def install(
     queue: QueueName, name: CronName, body: CronInstallRequest, request: Request
@@ -89,6 +90,7 @@ async def install(
     response_model=CronListResponse,
     summary="The queue's cron entries, each with its next 5 runs",
     responses=problem_responses(422, 503),
+    operation_id="listCronEntries",
 )
 async def list_entries(queue: QueueName, request: Request) -> Response:
     views = await cron_of(request).list_entries(queue)
@@ -100,6 +102,7 @@ async def list_entries(queue: QueueName, request: Request) -> Response:
     response_model=CronEntryResponse,
     summary="One cron entry, with its next `count` runs after `after`",
     responses=problem_responses(404, 422, 503),
+    operation_id="getCronEntry",
 )
 async def get_entry(
     queue: QueueName,
@@ -124,6 +127,7 @@ async def get_entry(
     description="Installing it again, changed or not, keeps it paused. Pausing a paused entry "
     "is no error.",
     responses=problem_responses(404, 422, 503),
+    operation_id="pauseCronEntry",
 )
 async def pause_entry(queue: QueueName, name: CronName, request: Request) -> Response:
     return json_response(_answer(await cron_of(request).pause(queue, name)))
@@ -135,6 +139,7 @@ async def pause_entry(queue: QueueName, name: CronName, request: Request) -> Res
     summary="Resume a cron entry: it installs its runs from now on, none of those it missed",
     description="Resuming an entry that is not paused is no error.",
     responses=problem_responses(404, 422, 503),
+    operation_id="resumeCronEntry",
 )
 async def resume_entry(queue: QueueName, name: CronName, request: Request) -> Response:
     return json_response(_answer(await cron_of(request).resume(queue, name)))
@@ -145,6 +150,7 @@ async def resume_entry(queue: QueueName, name: CronName, request: Request) -> Re
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Uninstall: delete the entry and its runs not yet delivered",
     responses=problem_responses(404, 422, 503),
+    operation_id="uninstallCronEntry",
 )
 async def uninstall(queue: QueueName, name: CronName, request: Request) -> Response:
     await cron_of(request).uninstall(queue, name)

@@ -13,7 +13,7 @@ from app.domain.errors import StorageUnavailable
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="200 while the process runs")
+@router.get("/healthz", summary="200 while the process runs", operation_id="checkLiveness")
 async def healthz() -> HealthResponse:
     return HealthResponse(status="ok")
 
@@ -23,6 +23,7 @@ async def healthz() -> HealthResponse:
     response_model=ReadyResponse,
     summary="200 when the database answers and its schema is at this release's head",
     responses=problem_responses(503),
+    operation_id="checkReadiness",
 )
 async def readyz(request: Request) -> ReadyResponse | Response:  # Response: the 503
     try:
@@ -42,6 +43,7 @@ async def readyz(request: Request) -> ReadyResponse | Response:  # Response: the
     summary="Prometheus metrics",
     response_class=Response,
     responses={200: {"content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}}},
+    operation_id="getMetrics",
 )
 async def metrics(request: Request) -> Response:
     service = service_of(request)

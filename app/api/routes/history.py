@@ -22,6 +22,7 @@ router = APIRouter(prefix="/v1/queues/{queue}", tags=["history"])
     "/history",
     summary="List the queue's delivery history, newest first; a page at a time",
     responses=problem_responses(404, 422, 503),
+    operation_id="listHistory",
 )
 async def list_history(
     queue: QueueName,

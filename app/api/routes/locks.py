@@ -42,6 +42,7 @@ def _no_content() -> Response:
     "`acknowledged` and `missing`: a worker acknowledges what it finished as it asks for "
     "more, in one request.",
     responses=problem_responses(413, 422, 503),
+    operation_id="pollQueue",
 )
 async def poll(queue: QueueName, request: Request, body: PollRequest | None = None) -> Response:
     body = body or PollRequest()
@@ -66,6 +67,7 @@ async def poll(queue: QueueName, request: Request, body: PollRequest | None = No
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Acknowledge: delete every message the lock still holds",
     responses=_LOCK_ERRORS,
+    operation_id="acknowledgeLock",
 )
 async def acknowledge(queue: QueueName, lock_id: str, request: Request) -> Response:
     await service_of(request).acknowledge(queue, lock_id)
@@ -84,6 +86,7 @@ async def acknowledge(queue: QueueName, lock_id: str, request: Request) -> Respo
     "besides stays leased, to acknowledge, extend or release later. Both lists follow the "
     "request's order, each key once. A lock that holds none of them answers `200` too.",
     responses=problem_responses(413, 422, 503),
+    operation_id="acknowledgeKeys",
 )
 async def acknowledge_keys(
     queue: QueueName, lock_id: str, body: AcknowledgeRequest, request: Request
@@ -102,6 +105,7 @@ async def acknowledge_keys(
     "messages again, and an extend makes it leased again; in a queue with `max_leased`, only "
     "while the limit has room for it, else `404` and nothing changes (docs/guide/flow-control.md).",
     responses=problem_responses(404, 413, 422, 503),
+    operation_id="extendLock",
 )
 async def extend(queue: QueueName, lock_id: str, body: ExtendRequest, request: Request) -> Response:
     return extend_response(await service_of(request).extend(queue, lock_id, body.lease))
@@ -122,6 +126,7 @@ async def extend(queue: QueueName, lock_id: str, body: ExtendRequest, request: R
         200: {"model": ReleaseResponse, "description": "Released by key"},
         **problem_responses(404, 413, 422, 503),
     },
+    operation_id="releaseLock",
 )
 async def release(
     queue: QueueName, lock_id: str, request: Request, body: ReleaseRequest | None = None

@@ -46,6 +46,7 @@ _WRITE_ERRORS = problem_responses(413, 422, 503)
     status_code=status.HTTP_201_CREATED,
     summary="Offer a message: create it, or update or ignore it when the key exists",
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
+    operation_id="offerMessage",
 )
 async def put_message(
     queue: QueueName, key: MessageKey, body: PutMessage, request: Request
@@ -73,6 +74,7 @@ async def put_message(
     response_model=OfferResponse,
     summary="Update an existing message (never creates one)",
     responses=problem_responses(404, 413, 422, 503),
+    operation_id="updateMessage",
 )
 async def update_message(
     queue: QueueName, key: MessageKey, body: UpdateMessage, request: Request
@@ -97,6 +99,7 @@ async def update_message(
     response_model=OfferResponse,
     summary="Create a message under a generated key",
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
+    operation_id="createMessage",
 )
 async def create_message(queue: QueueName, body: UpdateMessage, request: Request) -> Response:
     result = await service_of(request).offer_new(
@@ -112,6 +115,7 @@ async def create_message(queue: QueueName, body: UpdateMessage, request: Request
     response_model=MessageListResponse,
     summary="List messages: by due time, or by key with a key prefix; a page at a time",
     responses=problem_responses(404, 422, 503),
+    operation_id="listMessages",
 )
 async def list_messages(
     queue: QueueName,
@@ -137,6 +141,7 @@ async def list_messages(
     response_model=MessageResponse,
     summary="Read a message",
     responses=problem_responses(404, 422, 503),
+    operation_id="getMessage",
 )
 async def get_message(queue: QueueName, key: MessageKey, request: Request) -> Response:
     service = service_of(request)
@@ -149,6 +154,7 @@ async def get_message(queue: QueueName, key: MessageKey, request: Request) -> Re
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete a message, leased or not",
     responses=problem_responses(404, 422, 503),
+    operation_id="deleteMessage",
 )
 async def delete_message(queue: QueueName, key: MessageKey, request: Request) -> Response:
     await service_of(request).delete(queue, key)
@@ -162,6 +168,7 @@ async def delete_message(queue: QueueName, key: MessageKey, request: Request) ->
     response_model=BatchResponse,
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
+    operation_id="offerBatch",
 )
 async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) -> Response:
     requests = [

@@ -35,7 +35,10 @@ def _stats_response(stats: QueueStats) -> QueueStatsResponse:
 
 
 @router.get(
-    "", summary="Every queue that holds messages, with its stats", responses=problem_responses(503)
+    "",
+    summary="Every queue that holds messages, with its stats",
+    responses=problem_responses(503),
+    operation_id="listQueues",
 )
 async def list_queues(request: Request) -> QueueListResponse:
     # A token limited to some queues sees only those.
@@ -53,6 +56,7 @@ async def list_queues(request: Request) -> QueueListResponse:
     "/{queue}",
     summary="A queue's stats (zeros for an unknown queue)",
     responses=problem_responses(422, 503),
+    operation_id="getQueueStats",
 )
 async def queue_stats(queue: QueueName, request: Request) -> QueueStatsResponse:
     return _stats_response(await service_of(request).stats(queue))
@@ -66,6 +70,7 @@ async def queue_stats(queue: QueueName, request: Request) -> QueueStatsResponse:
     "go on. Stored: a restart keeps it. Pausing a paused queue is no error (`paused_at` stays "
     "the first pause's), and any queue name may be paused.",
     responses=problem_responses(422, 503),
+    operation_id="pauseQueue",
 )
 async def pause_queue(queue: QueueName, request: Request) -> QueueStatsResponse:
     return _stats_response(await service_of(request).pause(queue))
@@ -76,6 +81,7 @@ async def pause_queue(queue: QueueName, request: Request) -> QueueStatsResponse:
     summary="Resume a paused queue: polls waiting on it wake",
     description="Resuming a queue that is not paused is no error.",
     responses=problem_responses(422, 503),
+    operation_id="resumeQueue",
 )
 async def resume_queue(queue: QueueName, request: Request) -> QueueStatsResponse:
     return _stats_response(await service_of(request).resume(queue))
@@ -99,6 +105,7 @@ _CONFIRM_PARAMETER = {
     summary="Delete every message of the queue; `confirm` must repeat its name",
     responses=problem_responses(400, 422, 503),
     openapi_extra={"parameters": [_CONFIRM_PARAMETER]},
+    operation_id="purgeQueue",
 )
 async def purge_queue(
     queue: QueueName,
@@ -167,6 +174,7 @@ def _rate(rate: RateSettings | None) -> Rate | None:
     "/{queue}/settings",
     summary="A queue's settings, defaults filled in",
     responses=problem_responses(422, 503),
+    operation_id="getQueueSettings",
 )
 async def get_settings(queue: QueueName, request: Request) -> QueueSettingsResponse:
     service = service_of(request)
@@ -184,6 +192,7 @@ async def get_settings(queue: QueueName, request: Request) -> QueueSettingsRespo
     "(docs/guide/flow-control.md). A token limited to some queues gets `403` when the queue dead letters "
     "would go to (named, or the default `{queue}.dead`) is outside them.",
     responses=problem_responses(403, 422, 503),
+    operation_id="replaceQueueSettings",
 )
 async def put_settings(
     queue: QueueName, body: QueueSettingsRequest, request: Request
@@ -212,6 +221,7 @@ async def put_settings(
     "(`skipped`) and, for a token limited to some queues, those whose queue of origin is "
     "outside them (`forbidden`). A `to` outside them is `403`.",
     responses=problem_responses(403, 422, 503),
+    operation_id="redriveQueue",
 )
 async def redrive(queue: QueueName, body: RedriveRequest, request: Request) -> RedriveResponse:
     result = await service_of(request).upkeep.redrive(
