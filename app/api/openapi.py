@@ -14,6 +14,33 @@ from app.api.schemas.problems import Problem
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
+# The W3C trace context headers an offer may carry (docs/guide/messages.md#trace-context):
+# the hot routes read them from the request's headers themselves (a LeanRoute takes no
+# header parameters), so the document names them here, once, for every offer's route.
+_TRACE_PARAMETERS = {
+    "traceparent": {
+        "name": "traceparent",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C trace context: stored with the message, returned by polls and "
+        "reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; "
+        "a malformed one (or more than one) is ignored, and so is `tracestate` then",
+    },
+    "tracestate": {
+        "name": "tracestate",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C trace context: kept with a valid `traceparent` only; several "
+        "are joined by `,`; at most 32 members and 512 characters, else ignored alone",
+    },
+}
+# An offer route's `openapi_extra=`: the two headers as optional parameters.
+TRACE_HEADERS: dict[str, Any] = {
+    "parameters": [{"$ref": f"#/components/parameters/{name}"} for name in _TRACE_PARAMETERS]
+}
+
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The `responses=` entry documenting these error statuses of a route."""
@@ -60,6 +87,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}
+    schema["components"]["parameters"] = _TRACE_PARAMETERS
     components = schema.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from app.domain.formats import LATEST_MS
+from app.domain.trace import Trace
 
 # Which queues a request may use. The service asks it about the queues a request
 # names (a redrive's `to`, a dead-letter queue); storage about those only the rows
@@ -95,6 +96,8 @@ class Message:
     expires_at: int | None = None
     # A dead letter moved here because it expired (docs/decisions/0028-expiry.md).
     expired: bool = False
+    # The trace context it was offered with (docs/decisions/0029-trace-context.md).
+    trace: Trace | None = None
 
     def state(self, now: int) -> State:
         """`ready` once due (an expired lease is pollable again), else `leased` or `scheduled`."""
@@ -146,10 +149,10 @@ class Claim:
 
 
 # What one message adds to a poll's answer besides its payload, at most: its other
-# fields with the longest key (200 characters of up to 4 bytes, a quote or backslash
-# escaped as 2) and queue names come to ~1,300 bytes, and the answer's own fields
-# (its lock id) fit in the rest. tests/unit/test_rendering.py checks the bound.
-POLL_MESSAGE_ENVELOPE_BYTES = 2048
+# fields with the longest key and group (200 characters of up to 4 bytes, a quote or
+# backslash escaped as 2), queue names and trace context come to ~3,800 bytes, and the
+# answer's own fields (its lock id) fit in the rest. tests/unit/test_rendering.py checks.
+POLL_MESSAGE_ENVELOPE_BYTES = 4096
 # The longest a poll waits for a message (its `wait`): a message due later than this from
 # now cannot end any wait early.
 MAX_WAIT_SECONDS = 20
@@ -176,6 +179,7 @@ class Offer:
     group: str | None = None
     # When it expires (epoch ms), or None: never.
     expires_at: int | None = None
+    trace: Trace | None = None
 
     @property
     def stored_priority(self) -> int:
@@ -231,6 +235,7 @@ class OfferRequest:
     if_exists: IfExists = IfExists.UPDATE
     priority: int = DEFAULT_PRIORITY
     group: str | None = None
+    trace: Trace | None = None
 
 
 @dataclass(frozen=True, slots=True)

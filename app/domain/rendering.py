@@ -13,6 +13,7 @@ import json
 
 from app.domain.formats import format_timestamp
 from app.domain.messages import Delivery, Message, State
+from app.domain.trace import Trace
 
 json_string = json.JSONEncoder(ensure_ascii=False).encode
 
@@ -49,7 +50,16 @@ def message_pieces(message: Message, state: State, tail: str) -> tuple[bytes, by
         f',"priority":{message.priority}'
         f',"group":{"null" if group is None else json_string(group)}'
         f',"expires_at":{"null" if expires is None else _timestamp(expires)}'
-        f',"expired":{"true" if message.expired else "false"}{tail}',
+        f',"expired":{"true" if message.expired else "false"}'
+        f',"trace":{"null" if message.trace is None else _trace(message.trace)}{tail}',
+    )
+
+
+def _trace(trace: Trace) -> str:
+    state = trace.tracestate
+    return (
+        f'{{"traceparent":{json_string(trace.traceparent)}'
+        f',"tracestate":{"null" if state is None else json_string(state)}}}'
     )
 
 

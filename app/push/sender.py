@@ -68,6 +68,12 @@ class PushSender:
             "hourglass-delivery": str(message.deliveries),
             "hourglass-lock": lock_id,
         }
+        if (trace := message.trace) is not None:
+            # The producer's trace context, for the endpoint's span; outside the signature,
+            # which covers the body (where the message's `trace` is too).
+            headers["traceparent"] = trace.traceparent
+            if trace.tracestate is not None:
+                headers["tracestate"] = trace.tracestate
         timestamp = self.clock.now_ms() // 1000
         if (signed := signature_header(self.secrets, timestamp, body)) is not None:
             headers["hourglass-signature"] = signed

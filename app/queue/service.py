@@ -12,13 +12,13 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.clock import Clock
 from app.domain.errors import LockNotFound, MessageNotFound, PurgeNotConfirmed, StorageUnavailable
 from app.domain.messages import (
-    DEFAULT_PRIORITY,
     KeyedOutcome,
     Lease,
     Message,
@@ -31,7 +31,6 @@ from app.domain.messages import (
     RandomSource,
     RetryPolicy,
     State,
-    When,
     every_queue,
 )
 from app.domain.payloads import encode_payload
@@ -117,21 +116,9 @@ class QueueService:
         """Update an existing message; MessageNotFound when there is none."""
         return await self._offer(queue, request, can_create=False, may_use=may_use)
 
-    async def offer_new(
-        self,
-        queue: str,
-        payload: Any,
-        when: When,
-        priority: int = DEFAULT_PRIORITY,
-        group: str | None = None,
-    ) -> OfferResult:
-        """Create a message under a generated key."""
-        return await self.offer(
-            queue,
-            OfferRequest(
-                key=str(uuid.uuid4()), payload=payload, when=when, priority=priority, group=group
-            ),
-        )
+    async def offer_new(self, queue: str, request: OfferRequest) -> OfferResult:
+        """Create `request`'s message under a generated key (the key it carries is not used)."""
+        return await self.offer(queue, replace(request, key=str(uuid.uuid4())))
 
     async def _offer(
         self, queue: str, request: OfferRequest, *, can_create: bool, may_use: QueueFilter
@@ -204,6 +191,7 @@ class QueueService:
             priority=request.priority,
             group=request.group,
             expires_at=request.when.expiry(due),
+            trace=request.trace,
         )
 
     # -- one message ----------------------------------------------------------------

@@ -43,6 +43,8 @@ class ClaimedRow:
     priority: int
     group: str | None = None
     expires_at: int | None = None
+    # As stored: app/domain/trace.py, Trace.of_stored.
+    trace: str | None = None
 
     def delivered(self, max_deliveries: int | None) -> bool:
         """Whether a poll in a queue with that delivery limit (None: none) delivers this
@@ -122,6 +124,7 @@ async def claim_select_then_update(
             priority=row.priority,
             group=row.messageGroup,
             expires_at=row.expiresAt,
+            trace=row.trace,
         )
         for row in await connection.execute(statements.claim_candidates, {**parameters, **inline})
     ]

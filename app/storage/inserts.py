@@ -102,4 +102,5 @@ def offer_row(queue: str, offer: Offer, now: int) -> dict[str, Any]:
         "priority": offer.stored_priority,
         "messageGroup": offer.group,
         "expiresAt": offer.expires_at,
+        "trace": None if offer.trace is None else offer.trace.stored(),
     }

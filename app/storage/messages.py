@@ -16,6 +16,7 @@ from app.domain.messages import (
     every_queue,
     shown_priority,
 )
+from app.domain.trace import Trace
 from app.storage.connection import Connection
 from app.storage.dialects import Dialect
 from app.storage.history import Removals
@@ -131,6 +132,7 @@ def message_of(queue: str, row: Any, payload: bytes) -> Message:
         group=row.messageGroup,
         expires_at=row.expiresAt,
         expired=bool(row.expired),
+        trace=Trace.of_stored(row.trace),
     )
 
 

@@ -333,6 +333,7 @@ class Offers:
                 "new_priority": offer.stored_priority,
                 "new_group": offer.group,
                 "new_expires_at": offer.expires_at,
+                "new_trace": None if offer.trace is None else offer.trace.stored(),
                 "new_scheduled_at": offer.scheduled_at,
                 "now": now,
             },

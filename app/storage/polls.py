@@ -19,6 +19,7 @@ from app.domain.messages import (
     Message,
     QueueSettings,
 )
+from app.domain.trace import Trace
 from app.storage import claims
 from app.storage.connection import Connection
 from app.storage.dead_letters import DeadLetters
@@ -320,6 +321,7 @@ def _delivery(queue: str, row: claims.ClaimedRow, lease_until: int) -> Delivery:
             priority=row.priority,
             group=row.group,
             expires_at=row.expires_at,
+            trace=Trace.of_stored(row.trace),
         ),
         redelivery=row.previous_scheduled_at != row.scheduled_at_initially,
     )

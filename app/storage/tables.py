@@ -21,9 +21,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
+from app.domain.trace import MAX_TRACEPARENT, MAX_TRACESTATE
 from app.storage.table_options import MARIADB_TABLE_OPTIONS
 
 metadata = MetaData()
+
+# A stored trace context at its longest: both headers at their bound, and the newline.
+TRACE_LENGTH = MAX_TRACEPARENT + 1 + MAX_TRACESTATE
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
 _ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
@@ -67,6 +71,10 @@ delayed_queue = Table(
     # (docs/decisions/0028-expiry.md).
     Column("expiresAt", BigInteger, nullable=True),
     Column("expiredAt", BigInteger, nullable=True),
+    # Added by revision 0015: the W3C trace context its offer came with, the traceparent
+    # then, after a newline, the tracestate if any; null: none
+    # (docs/decisions/0029-trace-context.md).
+    Column("trace", String(TRACE_LENGTH), nullable=True),
     Index("delayed_queue__key_kind_uq", "pKey", "pKind", unique=True),
     # Polls and lists by due time (revision 0006 added "id": a page's keyset is
     # (scheduledAt, id), and many messages may be due in the same millisecond).

@@ -272,6 +272,7 @@ def test_a_due_message_is_posted_as_a_poll_shows_it_signed_and_acknowledged(
         "group": None,
         "expires_at": None,
         "expired": False,
+        "trace": None,
         "delivery": "first",
         "lease_expires_at": at(lease_ends),
     }
@@ -346,6 +347,41 @@ def test_without_secrets_no_signature_is_sent(clean_database, clock, endpoint, c
         assert "hourglass-signature" not in request.headers
         service.settled.wait_for(1)
     assert "HOURGLASS_PUSH_SECRETS unset" in caplog.text
+
+
+def test_a_traced_message_is_pushed_with_its_trace_context_headers(service, endpoint):
+    # The offer's traceparent and tracestate go out as the push's own headers (and in its
+    # body, as the message's `trace`); a message offered without them is pushed without.
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    service.push_to(endpoint.url())
+    offers = {
+        "both": {"traceparent": parent, "tracestate": "rojo=00f067aa0ba902b7"},
+        "parent-only": {"traceparent": parent},
+        "none": {},
+        "malformed": {"traceparent": "00-nope", "tracestate": "rojo=1"},
+    }
+    for key, headers in offers.items():
+        response = service.client.put(
+            f"/v1/queues/q/messages/{key}", json={"payload": key}, headers=headers
+        )
+        assert response.status_code == 201, response.text
+    arrived = {
+        unquote(request.headers["hourglass-key"]): request
+        for request in endpoint.wait_for_requests(len(offers))
+    }
+    sent = {
+        key: (request.headers.get("traceparent"), request.headers.get("tracestate"))
+        for key, request in arrived.items()
+    }
+    assert sent == {
+        "both": (parent, "rojo=00f067aa0ba902b7"),
+        "parent-only": (parent, None),
+        "none": (None, None),
+        "malformed": (None, None),
+    }
+    assert json.loads(arrived["both"].body)["trace"] == offers["both"]
+    assert json.loads(arrived["none"].body)["trace"] is None
+    service.settled.wait_for(len(offers))
 
 
 def answer_found(received: Received) -> Answer:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from app.domain.messages import IfExists, Offer, OfferOutcome, Outcome
+from app.domain.trace import Trace
 from app.storage.blocking import BlockingStorage
 from app.storage.store import Storage
 from tests.conftest import START_MS, Database, truncate_all
@@ -140,13 +141,19 @@ def offer(
     due: int = START_MS,
     priority: int = 0,
 ) -> Call:
-    """The `index`-th caller's single offer (its `now`: CALLED_AT + index)."""
-    message = Offer(key, f'"{payload}"'.encode(), due, if_exists, priority)
+    """The `index`-th caller's single offer (its `now`: CALLED_AT + index), with a trace
+    context of its own."""
+    message = Offer(key, f'"{payload}"'.encode(), due, if_exists, priority, trace=traced(index))
 
     async def call(storage: Storage) -> OfferOutcome | None:
         return await storage.messages.offer(queue, message, CALLED_AT + index)
 
     return call
+
+
+def traced(index: int) -> Trace:
+    """The `index`-th caller's trace context."""
+    return Trace(f"00-{index + 1:032x}-{index + 1:016x}-01", f"caller={index}")
 
 
 def leased(store: BlockingStorage, queue: str, lock_id: str, keys: list[str]) -> None:
@@ -235,6 +242,11 @@ def test_concurrent_single_offers_answer_and_store_as_one_after_another(store, c
         (OTHER, "new-1"): (b'"b-other"', 10),
     }
     assert stored[QUEUE, "later"]["priority"] == 5
+    # Each row's trace context is its writer's: a shared statement gives none to another
+    # caller, and an ignored offer (whose trace differs) leaves the stored one.
+    for row in stored.values():
+        writer = row["createdAt"] - CALLED_AT if row["createdAt"] >= CALLED_AT else None
+        assert row["trace"] == (None if writer is None else traced(writer).stored())
 
 
 def test_the_shared_offers_go_in_one_statement_per_queue(store, clean_database):

@@ -62,6 +62,7 @@ def test_the_message_table_has_the_seed_columns_and_indexes(database):
         "messageGroup",  # revision 0012
         "expiresAt",  # revision 0014
         "expiredAt",
+        "trace",  # revision 0015
     }
     assert columns == seed | added_by_revisions
     assert indexes >= {
@@ -337,6 +338,61 @@ def test_revision_0014_down_keeps_the_group_triggers_and_the_poll_index_and_drop
         assert outcome == "dropped"
         if engine.dialect.name == "sqlite":
             assert len(before[0]) == 3  # the groups' triggers (revision 0012)
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()
+
+
+def test_revision_0015_adds_trace_in_place_and_keeps_messages_both_ways(empty_database_url):
+    # Existing messages read as carrying no trace; PostgreSQL adds the column without
+    # rewriting the table (its file stays the same); down again, SQLite keeps its triggers
+    # and indexes as they were (its own DROP COLUMN), and the message stays.
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0014")
+    engine = create_engine(empty_database_url)
+
+    def shape() -> set[tuple]:
+        if engine.dialect.name != "sqlite":
+            indexes = inspect(engine).get_indexes("delayed_queue")
+            return {(each["name"], tuple(each["column_names"])) for each in indexes}
+        with engine.connect() as connection:
+            return set(
+                connection.execute(
+                    text(
+                        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'delayed_queue'"
+                    )
+                ).all()
+            )
+
+    def table_file() -> int | None:
+        if engine.dialect.name != "postgresql":
+            return None
+        with engine.connect() as connection:
+            return connection.execute(
+                text("SELECT relfilenode FROM pg_class WHERE relname = 'delayed_queue'")
+            ).scalar()
+
+    try:
+        with engine.begin() as connection:
+            seed = table("delayed_queue", *(column(name) for name in _SEED_VALUES))
+            connection.execute(insert(seed).values(_SEED_VALUES))
+        before, file_before = shape(), table_file()
+        command.upgrade(config, "0015")
+        assert table_file() == file_before
+        trace = "00-" + "1" * 32 + "-" + "2" * 16 + "-01\nvendor=value"
+        with engine.begin() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+            assert (message["pKey"], message["trace"]) == ("k", None)
+            traced = table("delayed_queue", column("trace"))
+            connection.execute(traced.update().values(trace=trace))
+            stored = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert stored["trace"] == trace
+        command.downgrade(config, "0014")
+        with engine.connect() as connection:
+            message = connection.execute(text("SELECT * FROM delayed_queue")).mappings().one()
+        assert "trace" not in message and message["pKey"] == "k"
+        assert shape() == before
         command.upgrade(config, "head")
         command.check(config)
     finally:

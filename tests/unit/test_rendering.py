@@ -33,6 +33,9 @@ from app.api.schemas.messages import (
     MessageResponse,
     OfferResponse,
 )
+from app.api.schemas.messages import (
+    Trace as TraceModel,
+)
 from app.domain.messages import (
     POLL_MESSAGE_ENVELOPE_BYTES,
     Delivery,
@@ -44,6 +47,7 @@ from app.domain.messages import (
     State,
 )
 from app.domain.payloads import encode_payload
+from app.domain.trace import MAX_TRACEPARENT, MAX_TRACESTATE, Trace, trace_of
 
 PAYLOADS = [
     None,
@@ -55,6 +59,13 @@ PAYLOADS = [
     {"text": "x" * 500, "unicode": "日本語", "nested": {"a": [], "b": {}}},
 ]
 KEYS = ["plain", "with/slashes/and spaces", "ünïcødé-\u2603", 'quote"and\\backslash', "k" * 200]
+
+
+TRACES = [
+    None,
+    Trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    Trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", 'a=1,k=say "hi" \\o/'),
+]
 
 
 def _lease(redelivery: bool) -> Lease:
@@ -74,6 +85,7 @@ def _lease(redelivery: bool) -> Lease:
                 group=None if index % 3 else f'g"{index}"',
                 expires_at=None if index % 2 else 1_795_683_600_000 + 7 * index,
                 expired=index % 4 == 1,
+                trace=TRACES[index % len(TRACES)],
             ),
             redelivery=redelivery and index % 2 == 0,
         )
@@ -102,6 +114,9 @@ def _fields(message: Message, state: State) -> dict:
         "group": message.group,
         "expires_at": message.expires_at,
         "expired": message.expired,
+        "trace": None
+        if message.trace is None
+        else TraceModel(traceparent=message.trace.traceparent, tracestate=message.trace.tracestate),
     }
 
 
@@ -260,9 +275,21 @@ def test_the_rendered_batch_answer_equals_the_models():
     assert list(rendered) == list(model)
 
 
+# Trace context as wide as the service keeps it: a later version's traceparent at its
+# bound, a tracestate of backslashes (each escaped in JSON) at its own.
+WIDEST_TRACE = trace_of(
+    ["cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + "f" * (MAX_TRACEPARENT - 56)],
+    ["a=" + "\\" * 254, "b=" + "\\" * (MAX_TRACESTATE - 256 - 3)],
+)
+assert WIDEST_TRACE is not None and WIDEST_TRACE.tracestate is not None
+assert len(WIDEST_TRACE.traceparent) == MAX_TRACEPARENT
+assert len(WIDEST_TRACE.tracestate) == MAX_TRACESTATE
+
+
 def _widest_lease(payloads: list[bytes]) -> Lease:
     """Messages whose fields around the payload are as wide as the API allows: the
-    longest queue names and key, in characters of 4 bytes, deliveries past 2**31."""
+    longest queue names, key and group, in characters of 4 bytes, deliveries past 2**31,
+    the widest trace context."""
     key = "\U0001f600" * 199 + '"'
     queue = "q" * 100
     return Lease(
@@ -280,6 +307,10 @@ def _widest_lease(payloads: list[bytes]) -> Lease:
                     locked=True,
                     deliveries=2**63 - 1,
                     dead_lettered_from="d" * 100,
+                    group=key,
+                    expires_at=253_402_300_799_999,
+                    expired=True,
+                    trace=WIDEST_TRACE,
                 ),
                 redelivery=True,
             )

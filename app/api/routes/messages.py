@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import allowed_queues, lists_of, service_of
 from app.api.lean import lean_route
-from app.api.openapi import problem_responses
+from app.api.openapi import TRACE_HEADERS, problem_responses
 from app.api.rendering import (
     batch_response,
     message_list_response,
@@ -32,6 +32,7 @@ from app.api.schemas.messages import (
 )
 from app.domain.messages import OfferRequest, Outcome
 from app.domain.pages import DEFAULT_PAGE, ListState
+from app.domain.trace import trace_of_headers
 
 router = APIRouter(prefix="/v1/queues/{queue}", tags=["messages"])
 
@@ -47,6 +48,7 @@ _WRITE_ERRORS = problem_responses(413, 422, 503)
     summary="Offer a message: create it, or update or ignore it when the key exists",
     responses={200: {"model": OfferResponse, "description": "Updated or ignored"}, **_WRITE_ERRORS},
     operation_id="offerMessage",
+    openapi_extra=TRACE_HEADERS,
 )
 async def put_message(
     queue: QueueName, key: MessageKey, body: PutMessage, request: Request
@@ -60,6 +62,7 @@ async def put_message(
             if_exists=body.if_exists,
             priority=body.priority,
             group=body.group,
+            trace=trace_of_headers(request.scope["headers"]),
         ),
         allowed_queues(request),
     )
@@ -75,6 +78,7 @@ async def put_message(
     summary="Update an existing message (never creates one)",
     responses=problem_responses(404, 413, 422, 503),
     operation_id="updateMessage",
+    openapi_extra=TRACE_HEADERS,
 )
 async def update_message(
     queue: QueueName, key: MessageKey, body: UpdateMessage, request: Request
@@ -87,6 +91,7 @@ async def update_message(
             when=body.when(),
             priority=body.priority,
             group=body.group,
+            trace=trace_of_headers(request.scope["headers"]),
         ),
         allowed_queues(request),
     )
@@ -100,10 +105,19 @@ async def update_message(
     summary="Create a message under a generated key",
     responses={201: {"headers": {"Location": {"schema": {"type": "string"}}}}, **_WRITE_ERRORS},
     operation_id="createMessage",
+    openapi_extra=TRACE_HEADERS,
 )
 async def create_message(queue: QueueName, body: UpdateMessage, request: Request) -> Response:
     result = await service_of(request).offer_new(
-        queue, body.payload, body.when(), body.priority, body.group
+        queue,
+        OfferRequest(
+            key="",
+            payload=body.payload,
+            when=body.when(),
+            priority=body.priority,
+            group=body.group,
+            trace=trace_of_headers(request.scope["headers"]),
+        ),
     )
     answer = offer_response(result, status.HTTP_201_CREATED)
     answer.headers["Location"] = f"/v1/queues/{queue}/messages/{quote(result.key)}"
@@ -169,8 +183,10 @@ async def delete_message(queue: QueueName, key: MessageKey, request: Request) ->
     summary="Offer up to 1000 messages; a repeated key behaves as if offered in sequence",
     responses=_WRITE_ERRORS,
     operation_id="offerBatch",
+    openapi_extra=TRACE_HEADERS,
 )
 async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) -> Response:
+    trace = trace_of_headers(request.scope["headers"])  # the batch's, on every item
     requests = [
         OfferRequest(
             key=item.key,
@@ -179,6 +195,7 @@ async def offer_batch(queue: QueueName, body: BatchRequest, request: Request) ->
             if_exists=item.if_exists or body.if_exists,
             priority=item.priority,
             group=item.group,
+            trace=trace,
         )
         for item in body.messages
     ]

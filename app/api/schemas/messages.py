@@ -158,6 +158,19 @@ class OfferResponse(BaseModel):
     scheduled_at: Timestamp
 
 
+class Trace(BaseModel):
+    """The W3C trace context of the request that offered or last updated a message."""
+
+    traceparent: str = Field(
+        description="The offer's `traceparent` header (W3C Trace Context): "
+        "version-traceid-parentid-flags"
+    )
+    tracestate: str | None = Field(
+        description="Its `tracestate` headers, joined by `,`; null: none came, or a "
+        "malformed one was dropped"
+    )
+
+
 class MessageResponse(BaseModel):
     queue: str
     key: str
@@ -182,6 +195,10 @@ class MessageResponse(BaseModel):
     )
     expired: bool = Field(
         description="A dead letter moved here because its expiry passed (not its deliveries)"
+    )
+    trace: Trace | None = Field(
+        description="The trace context its offer (or last update) came with, or null: none, "
+        "or a malformed `traceparent`"
     )
 
 

@@ -109,6 +109,7 @@ claim_candidates = (
         columns.priority,
         columns.messageGroup,
         columns.expiresAt,
+        columns.trace,
         _payload_bytes.label("payload_bytes"),
         case((_payload_bytes <= bindparam("inline_payload_bytes"), columns.payload)).label(
             "payload"

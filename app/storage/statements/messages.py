@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, bindparam, case, func, literal_column, select, union_all, update
+from sqlalchemy import (
+    BigInteger,
+    String,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
@@ -49,7 +59,8 @@ __all__ = [
 offer_insert: Insert | None = None
 
 # Offer, the update path: lock the row, then compare-and-swap on the values read.
-# An update rewrites payload and schedule and clears the lock, so the current
+# An update rewrites payload and schedule (and the trace context: the message is now what
+# the updating request said, though a trace alone never makes an update) and clears the lock, so the current
 # holder's acknowledgement no longer deletes the new message. The new content
 # starts a new life: its deliveries are counted from zero (a message that failed
 # three times and is then corrected gets its full allowance of deliveries). A dead
@@ -86,6 +97,7 @@ offer_update = (
             "priority": bindparam("new_priority"),
             "messageGroup": bindparam("new_group"),
             "expiresAt": bindparam("new_expires_at", type_=BigInteger),
+            "trace": bindparam("new_trace", type_=String),
             "createdAt": bindparam("now"),
             "deadLetteredFrom": bindparam("new_origin"),
         }
@@ -120,6 +132,7 @@ MESSAGE_COLUMNS = (
     columns.messageGroup,
     columns.expiresAt,
     columns.expiredAt.is_not(None).label("expired"),
+    columns.trace,
 )
 message_get = select(columns.payload, *MESSAGE_COLUMNS).where(by_key)
 message_delete = removal(by_key)

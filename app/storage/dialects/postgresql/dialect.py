@@ -161,6 +161,7 @@ class PostgreSQLDialect(Dialect):
             "priorities": [row["priority"] for row in rows],
             "groups": [row["messageGroup"] for row in rows],
             "expires_ats": [row["expiresAt"] for row in rows],
+            "traces": [row["trace"] for row in rows],
             "queue": rows[0]["pKind"],
             "now": rows[0]["createdAt"],
         }
@@ -177,6 +178,7 @@ class PostgreSQLDialect(Dialect):
             "nows": [row["createdAt"] for row in rows],
             "priorities": [row["priority"] for row in rows],
             "expires_ats": [row["expiresAt"] for row in rows],
+            "traces": [row["trace"] for row in rows],
         }
         inserted = await connection.execute(messages.insert_offers, parameters)
         return first_of_each(rows, {(row.pKind, row.pKey) for row in inserted})
@@ -274,6 +276,7 @@ class PostgreSQLDialect(Dialect):
                 priority=row.priority,
                 group=row.messageGroup,
                 expires_at=row.expiresAt,
+                trace=row.trace,
             )
             for row in await connection.execute(statement, parameters)
         ]

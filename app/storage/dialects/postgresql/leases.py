@@ -140,6 +140,7 @@ def _claim(limited: bool, many: bool) -> Update:
         columns.priority,
         columns.messageGroup,
         columns.expiresAt,
+        columns.trace,
     )
 
 

@@ -43,6 +43,7 @@ _batch = unnested(
     ("priority", "priorities", SmallInteger),
     ("message_group", "groups", String),
     ("expires_at", "expires_ats", BigInteger),
+    ("trace", "traces", String),
 )
 
 
@@ -54,15 +55,15 @@ def _insert_new_keys(
     *,
     group: ColumnElement[Any] | None = None,
     expires_at: ColumnElement[Any] | None = None,
+    trace: ColumnElement[Any] | None = None,
     queue: ColumnElement[Any] | None = None,
     now: ColumnElement[Any] | None = None,
     order_by: ColumnElement[Any] | None = None,
     returning: Sequence[ColumnElement[Any]] = (columns.pKey,),
 ) -> Any:
     """INSERT … SELECT of rows from a source (`key`, `payload`, … its columns; `queue` and
-    `now` bound once unless the source has them; no `group` or `expires_at`, none) into
-    the queue,
-    skipping keys taken already; RETURNING `returning` of the rows that went in (their
+    `now` bound once unless the source has them; no `group`, `expires_at` or `trace`, none)
+    into the queue, skipping keys taken already; RETURNING `returning` of the rows that went in (their
     keys)."""
     rows = select(
         key,
@@ -74,6 +75,7 @@ def _insert_new_keys(
         priority,
         null() if group is None else group,
         null() if expires_at is None else expires_at,
+        null() if trace is None else trace,
     )
     if order_by is not None:
         rows = rows.order_by(order_by)
@@ -90,6 +92,7 @@ def _insert_new_keys(
                 "priority",
                 "messageGroup",
                 "expiresAt",
+                "trace",
             ],
             rows,
         )
@@ -106,6 +109,7 @@ insert_rows = _insert_new_keys(
     _batch.c.priority,
     group=_batch.c.message_group,
     expires_at=_batch.c.expires_at,
+    trace=_batch.c.trace,
 )
 
 
@@ -164,6 +168,7 @@ _offers = unnested(
     ("now", "nows", BigInteger),
     ("priority", "priorities", SmallInteger),
     ("expires_at", "expires_ats", BigInteger),
+    ("trace", "traces", String),
     ordinality="position",
 )
 # Every caller's new message unless its key is taken (a key offered twice goes in once,
@@ -174,6 +179,7 @@ insert_offers = _insert_new_keys(
     _offers.c.scheduled_at,
     _offers.c.priority,
     expires_at=_offers.c.expires_at,
+    trace=_offers.c.trace,
     queue=_offers.c.queue,
     now=_offers.c.now,
     order_by=_offers.c.position,
