@@ -632,6 +632,23 @@ def test_messages_show_their_expiry_and_expired_dead_letters_are_marked(console,
     assert console.text('[data-fact="dead-lettered-from"]') == queue
 
 
+def test_a_message_page_shows_its_traceparent(console, unique):
+    service = console.service
+    queue = f"traced-{unique}"
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    response = service.api.put(
+        f"/v1/queues/{queue}/messages/traced",
+        json={"payload": 1},
+        headers={"traceparent": parent, "tracestate": "rojo=1"},
+    )
+    assert response.status_code == 201, response.text
+    service.offer(queue, "plain", 2)
+    console.open(message_path(queue, "traced"))
+    assert console.text('[data-fact="trace"]') == parent
+    console.open(message_path(queue, "plain"))
+    assert console.text('[data-fact="trace"]') == "—"
+
+
 def test_a_message_page_shows_its_history(console, unique):
     service = console.service
     queue = f"history-{unique}"

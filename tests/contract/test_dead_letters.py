@@ -172,6 +172,7 @@ def test_a_message_past_its_last_delivery_moves_to_the_dead_letter_queue(client,
         "group": None,
         "expires_at": None,
         "expired": False,
+        "trace": None,
     }
     assert history_rows(database.url) == [
         {

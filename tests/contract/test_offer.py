@@ -78,6 +78,7 @@ def test_message_read_shows_every_field(client):
         "group": None,
         "expires_at": None,
         "expired": False,
+        "trace": None,
     }
     assert "lock" not in response.text
 

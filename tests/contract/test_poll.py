@@ -41,6 +41,7 @@ def test_a_future_message_is_invisible_until_exactly_due(client, clock):
         "group": None,
         "expires_at": None,
         "expired": False,
+        "trace": None,
         "delivery": "first",
         "lease_expires_at": at(START_MS + 40_000),
     }

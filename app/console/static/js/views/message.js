@@ -1,5 +1,5 @@
 // A message: its payload as formatted JSON, every time field (its expiry too), its
-// deliveries and state, its group, its history rows, and deleting it.
+// deliveries and state, its group, its trace context, its history rows, and deleting it.
 
 import { ApiError, get, paths } from "../api.js";
 import { expiredBadge, fill, fullTime, h, link, number, queueHref, stateBadge } from "../dom.js";
@@ -66,6 +66,7 @@ export async function messagePage(context) {
       fact("Asked for", fullTime(message.scheduled_at_initially), "scheduled-at-initially"),
       fact("Expires", message.expires_at ? fullTime(message.expires_at) : h("span", { className: "muted" }, "never"), "expires-at"),
       fact("Created", fullTime(message.created_at), "created-at"),
+      fact("Trace", message.trace ? h("span", { className: "key" }, message.trace.traceparent) : h("span", { className: "muted" }, "—"), "trace"),
       message.dead_lettered_from
         ? fact(
             "Dead-lettered from",
