@@ -47,6 +47,7 @@ from app.domain.formats import KEY_PATTERN, QUEUE_PATTERN, format_timestamp
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
 from app.domain.payloads import encode_payload
 from app.domain.rendering import delivery_tail, json_string, object_pieces
+from app.domain.trace import trace_of_headers
 from app.storage.statements.leases import PAYLOAD_READ_BYTES
 from bench.hourglass import CLAIM_MANY, CLAIM_ONE, MAX_POLL_BYTES, OFFER, SESSION_OPTIONS
 
@@ -207,6 +208,7 @@ async def offer(request: Request) -> Response:
         return _unprocessable(None)
     now = time.time_ns() // 1_000_000
     scheduled_at = asked.when().resolve(now)
+    trace = trace_of_headers(request.scope["headers"])
     pool: AsyncConnectionPool = request.app.state.pool
     async with pool.connection() as connection:
         cursor = await connection.execute(
@@ -221,6 +223,7 @@ async def offer(request: Request) -> Response:
                 "priority": asked.priority,
                 "messageGroup": asked.group,
                 "expiresAt": asked.when().expiry(scheduled_at),
+                "trace": None if trace is None else trace.stored(),
             },
         )
         created = await cursor.fetchone() is not None

@@ -35,22 +35,25 @@ MAX_POLL_BYTES = Settings.model_fields["max_poll_bytes"].default
 # A single offer (app/storage/offers.py).
 OFFER = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") VALUES '
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt", trace) VALUES '
     "(%(pKey)s::VARCHAR, %(pKind)s::VARCHAR, %(payload)s, %(scheduledAt)s::BIGINT, "
     "%(scheduledAtInitially)s::BIGINT, %(createdAt)s::BIGINT, %(priority)s::SMALLINT, "
-    '%(messageGroup)s::VARCHAR, %(expiresAt)s::BIGINT) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    "%(messageGroup)s::VARCHAR, %(expiresAt)s::BIGINT, %(trace)s::VARCHAR) "
+    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
     'delayed_queue."pKey"'
 )
 # A batch's rows as arrays (app/storage/dialects/postgresql/messages.py).
 OFFER_ROWS = (
     'INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", '
-    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt") SELECT '
+    '"scheduledAtInitially", "createdAt", priority, "messageGroup", "expiresAt", trace) SELECT '
     "batch.key, %(queue)s::VARCHAR AS anon_1, batch.payload, batch.scheduled_at, "
     "batch.scheduled_at AS scheduled_at__1, %(now)s::BIGINT AS anon_2, "
-    "batch.priority, batch.message_group, batch.expires_at \nFROM unnest(%(keys)s::VARCHAR[], "
+    "batch.priority, batch.message_group, batch.expires_at, batch.trace "
+    "\nFROM unnest(%(keys)s::VARCHAR[], "
     "%(payloads)s::BYTEA[], %(scheduled_ats)s::BIGINT[], %(priorities)s::SMALLINT[], "
-    "%(groups)s::VARCHAR[], %(expires_ats)s::BIGINT[]) AS batch(key, payload, scheduled_at, "
-    'priority, message_group, expires_at) ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
+    "%(groups)s::VARCHAR[], %(expires_ats)s::BIGINT[], %(traces)s::VARCHAR[]) AS batch(key, "
+    "payload, scheduled_at, priority, message_group, expires_at, trace) "
+    'ON CONFLICT ("pKey", "pKind") DO NOTHING RETURNING '
     'delayed_queue."pKey"'
 )
 # The poll of one, for a queue without a delivery limit: one range of the poll's index
@@ -85,7 +88,7 @@ CLAIM_ONE = (
     "locked.previous_lock_id, locked.previous_deliveries, "
     "locked.previous_first_delivered_at, locked.previous_last_delivered_at, "
     'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup", '
-    'delayed_queue."expiresAt"'
+    'delayed_queue."expiresAt", delayed_queue.trace'
 )
 # The poll of more than one: the same, with the running sums that bound the answer.
 CLAIM_MANY = (
@@ -129,7 +132,7 @@ CLAIM_MANY = (
     'delayed_queue."createdAt", picked.previous_lock_id, picked.previous_deliveries, '
     "picked.previous_first_delivered_at, picked.previous_last_delivered_at, "
     'delayed_queue."deadLetteredFrom", delayed_queue.priority, delayed_queue."messageGroup", '
-    'delayed_queue."expiresAt"'
+    'delayed_queue."expiresAt", delayed_queue.trace'
 )
 # The acknowledgement with HOURGLASS_HISTORY off.
 ACKNOWLEDGE = (
@@ -354,6 +357,7 @@ class CeilingWorker:
                 "priority": 0,
                 "messageGroup": None,
                 "expiresAt": None,
+                "trace": None,
             },
         )
         assert await cursor.fetchone() is not None
@@ -375,6 +379,7 @@ class CeilingWorker:
                         "priorities": [0] * rows,
                         "groups": [None] * rows,
                         "expires_ats": [None] * rows,
+                        "traces": [None] * rows,
                     },
                 )
                 await cursor.fetchall()
