@@ -66,6 +66,7 @@ def test_an_import_schedules_the_valid_rows_and_rejects_the_rest(spark, clean_da
     assert stored["reminders", "user-2"]["scheduledAt"] == START_MS + 86_400_000
     assert stored["reminders", "user/3"]["scheduledAt"] == START_MS
     assert {row["createdAt"] for row in stored.values()} == {START_MS}
+    assert {row["trace"] for row in stored.values()} == {None}  # an import has no trace context
 
     rejects = {
         (row["key"], row["reason"])

@@ -7,13 +7,24 @@ import random
 import pytest
 
 from app.domain.messages import IfExists, Offer
+from app.domain.trace import Trace
 from app.storage import offers as offers_module
 from app.storage.store import Storage
 from tests.conftest import START_MS
 from tests.support.helpers import stored_rows
 
 # Stored values to compare; the id and the queue differ by construction.
-_COMPARED = ("pKey", "payload", "scheduledAt", "scheduledAtInitially", "createdAt", "priority")
+_COMPARED = (
+    "pKey",
+    "payload",
+    "scheduledAt",
+    "scheduledAtInitially",
+    "createdAt",
+    "priority",
+    "trace",
+)
+# Trace contexts some offers carry (the import's carry none; the storage takes any).
+_TRACES = (None, Trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=1"))
 
 
 def _offers(rng: random.Random, count: int) -> list[Offer]:
@@ -26,6 +37,7 @@ def _offers(rng: random.Random, count: int) -> list[Offer]:
             scheduled_at=START_MS + rng.randrange(2) * 1000,
             if_exists=rng.choice((IfExists.UPDATE, IfExists.IGNORE)),
             priority=rng.randrange(2),
+            trace=rng.choice(_TRACES),
         )
         for _ in range(count)
     ]

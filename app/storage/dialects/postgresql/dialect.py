@@ -249,6 +249,7 @@ class PostgreSQLDialect(Dialect):
                 offer.stored_priority,
                 offer.group,
                 offer.expires_at,
+                None if offer.trace is None else offer.trace.stored(),
             )
             for offer in offers
         ]

@@ -132,6 +132,7 @@ _staging = Table(
     Column("priority", SmallInteger, nullable=False),
     Column("message_group", String, nullable=True),
     Column("expires_at", BigInteger, nullable=True),
+    Column("trace", String, nullable=True),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DELETE ROWS",
 )
@@ -141,10 +142,10 @@ create_staging = text(
 )
 copy_staging = (
     "COPY hourglass_offer_staging (key, payload, scheduled_at, priority, message_group, "
-    "expires_at) "
+    "expires_at, trace) "
     "FROM STDIN (FORMAT BINARY)"
 )
-STAGING_TYPES = ("text", "bytea", "int8", "int2", "text", "int8")
+STAGING_TYPES = ("text", "bytea", "int8", "int2", "text", "int8", "text")
 insert_staged = _insert_new_keys(
     _staging.c.key,
     _staging.c.payload,
@@ -152,6 +153,7 @@ insert_staged = _insert_new_keys(
     _staging.c.priority,
     group=_staging.c.message_group,
     expires_at=_staging.c.expires_at,
+    trace=_staging.c.trace,
     order_by=_staging.c.position,
 )
 
