@@ -33,10 +33,11 @@ class Api:
 
 
 def imported() -> Api | None:
-    """opentelemetry-api, or None when it cannot be imported."""
+    """opentelemetry-api, or None when it cannot be imported (or is too old to have what
+    is used here: the client then runs without tracing rather than fail)."""
     try:
         return Api()
-    except ImportError:
+    except (ImportError, AttributeError):
         return None
 
 
