@@ -3,6 +3,7 @@ bench's raw drain through HTTP at the same concurrency.
 
     python -m bench.worker                  # 50,000 messages, 5 rounds, 2-3 minutes
     python -m bench.worker --quick          # 2,000 messages, 1 round, no warm-up
+    python -m bench.worker --tracing        # each worker with its tracing off and on
 
 One `hourglass serve` (default settings) on a PostgreSQL database that the run drops
 and creates. Each measurement starts from the queue emptied and vacuumed, fills it
@@ -16,6 +17,11 @@ runs VACUUM ANALYZE, then drains it in a client process of its own
   sends), to tell the server's share of the gap from the library's;
 - `AsyncWorker` with `concurrency` P×M, a no-op coroutine handler;
 - `Worker` (threads), `concurrency` P×M, a no-op function.
+
+The workers trace (a consumer span per handler) whenever opentelemetry-api is
+importable, which the header line says; no SDK is configured, so the spans are the
+API's no-op ones. `--tracing` runs each worker twice a round, with `tracing=False` and
+with tracing, to read what the spans cost (docs/guide/workers.md, "Tracing").
 
 Equal concurrency: on both sides at most P×M messages are asked for or being
 handled at once. The raw pollers ask for M each and hold them until their
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import statistics
@@ -86,6 +93,7 @@ class Plan:
     warm_up: int  # messages each variant drains once before the rounds (0: none)
     client: Path  # the folder the client processes import hourglass_client from
     batches: tuple[int, ...] = ()  # the workers' batch sizes to run (none: their default)
+    tracing: bool = False  # each worker with tracing off and on
 
     @property
     def concurrency(self) -> int:
@@ -93,14 +101,17 @@ class Plan:
 
     @property
     def variants(self) -> dict[str, str]:
-        """The drains each round runs, in order: worker_drain's variant (`async:100` for
-        a batch of 100), the row's name."""
-        if not self.batches:
-            return VARIANTS
+        """The drains each round runs, in order: worker_drain's variant with the workers'
+        batch and tracing (`async:100` for a batch of 100, `async::off` for the default
+        batch untraced), the row's name."""
         variants = {"raw": VARIANTS["raw"], "raw-keys": VARIANTS["raw-keys"]}
-        for batch in self.batches:
+        tracings = {"off": ", tracing off", "on": ", tracing on"} if self.tracing else {"": ""}
+        for batch in self.batches or (None,):
             for library in ("async", "threads"):
-                variants[f"{library}:{batch}"] = f"{VARIANTS[library]}, batch {batch}"
+                for tracing, said in tracings.items():
+                    key = ":".join((library, str(batch or ""), tracing)).rstrip(":")
+                    name = VARIANTS[library] + (f", batch {batch}" if batch else "") + said
+                    variants[key] = name
         return variants
 
 
@@ -148,7 +159,7 @@ async def refill(dsn: str, server: Server, messages: int, tag: str) -> None:
 def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> Drain:
     """Run one drain in a client process; its figures, once every message is acknowledged."""
     path = [str(plan.client), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    library, _, batch = variant.partition(":")
+    library, batch, tracing = (variant.split(":") + ["", ""])[:3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     command = [
         sys.executable,
@@ -158,6 +169,7 @@ def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> D
         *("--url", server.url, "--messages", str(messages)),
         *("--pollers", str(plan.pollers), "--max", str(plan.max)),
         *(("--batch", batch) if batch else ()),
+        *(("--no-tracing",) if tracing == "off" else ()),
     ]
     child = subprocess.Popen(
         command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -290,7 +302,26 @@ def report(rounds: list[list[Drain]], plan: Plan) -> str:
             requests,
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if plan.tracing:
+        lines += ["", *_tracing_cost(by_variant, plan)]
     return "\n".join(lines)
+
+
+def _tracing_cost(by_variant: dict[str, list[Drain]], plan: Plan) -> list[str]:
+    """Each worker's rate with tracing on over its rate with tracing off, round by round."""
+    lines = []
+    for variant in plan.variants:
+        if not variant.endswith(":off"):
+            continue
+        off, on = by_variant[variant], by_variant[variant.removesuffix("off") + "on"]
+        ratios = [traced.rate / bare.rate for traced, bare in zip(on, off, strict=True)]
+        name = plan.variants[variant].removesuffix(", tracing off")
+        lines.append(
+            f"- {name}: tracing on / off "
+            + " / ".join(f"{ratio:.3f}" for ratio in ratios)
+            + f" (median {statistics.median(ratios):.3f})"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -321,6 +352,11 @@ def main(argv: list[str] | None = None) -> None:
         help="folder holding the hourglass_client package to measure, e.g. an older "
         "checkout's clients/python (default: this checkout's)",
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="run each worker with its tracing off and on (opentelemetry-api, no SDK)",
+    )
     args = parser.parse_args(argv)
     messages = args.messages or (2_000 if args.quick else 50_000)
     plan = Plan(
@@ -331,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         warm_up=0 if args.quick else min(messages, 5_000),
         client=args.client.resolve(),
         batches=tuple(args.batch),
+        tracing=args.tracing,
     )
     if not 1 <= plan.concurrency <= 1000:
         parser.error("pollers × max is the workers' concurrency: 1–1000")
@@ -344,11 +381,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"```sh\n{command.strip()}\n```\n")
     print(
         f"{plan.messages:,} messages a drain, {plan.rounds} round(s); raw: {plan.pollers} "
-        f"pollers × max={plan.max}; workers: concurrency {plan.concurrency}; load average "
+        f"pollers × max={plan.max}; workers: concurrency {plan.concurrency}, "
+        f"{_opentelemetry()}; load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; "
         f"{time.perf_counter() - started:.0f} s\n"
     )
     print(report(rounds, plan))
+
+
+def _opentelemetry() -> str:
+    """Whether the workers trace: opentelemetry-api's version, or its absence."""
+    try:
+        return f"opentelemetry-api {importlib.metadata.version('opentelemetry-api')}, no SDK"
+    except importlib.metadata.PackageNotFoundError:
+        return "no opentelemetry-api (no tracing)"
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ user's worker runs, by bench's raw HTTP drain or by the client library's workers
 - `async`: `AsyncWorker` with `concurrency` W×M and a no-op coroutine handler;
 - `threads`: `Worker` (a pool of W×M threads) with a no-op function.
 
+The workers run each handler in a consumer span when opentelemetry-api is installed
+(no SDK is configured here: the API's no-op spans); `--no-tracing` runs them with
+`tracing=False`.
+
 The library's workers are stopped by the handler that sees the N-th message; their
 `run()` returns once everything is acknowledged. Every variant runs on the stock
 asyncio event loop (the loop `hourglass-worker` and `Worker.run` use). It prints
@@ -83,23 +87,29 @@ class _Handled:
         return next(self._counter) - 1
 
 
-async def _async_worker(url: str, messages: int, concurrency: int, batch: int | None) -> int:
+async def _async_worker(
+    url: str, messages: int, concurrency: int, batch: int | None, tracing: bool
+) -> int:
     async with AsyncClient(url) as client:
 
         async def handler(message: DeliveredMessage) -> None:
             handled.tick()
 
-        worker = AsyncWorker(client, QUEUE, handler, concurrency=concurrency, batch=batch)
+        worker = AsyncWorker(
+            client, QUEUE, handler, concurrency=concurrency, batch=batch, tracing=tracing
+        )
         handled = _Handled(messages, worker.stop)
         await worker.run(handle_signals=False)
     return handled.total()
 
 
-def _thread_worker(url: str, messages: int, concurrency: int, batch: int | None) -> int:
+def _thread_worker(
+    url: str, messages: int, concurrency: int, batch: int | None, tracing: bool
+) -> int:
     def handler(message: DeliveredMessage) -> None:
         handled.tick()
 
-    worker = Worker(url, QUEUE, handler, concurrency=concurrency, batch=batch)
+    worker = Worker(url, QUEUE, handler, concurrency=concurrency, batch=batch, tracing=tracing)
     handled = _Handled(messages, worker.stop)
     worker.run(handle_signals=False)
     return handled.total()
@@ -115,17 +125,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pollers", type=int, default=4)
     parser.add_argument("--max", type=int, default=100)
     parser.add_argument("--batch", type=int, help="the workers' batch (default: theirs)")
+    parser.add_argument(
+        "--no-tracing", action="store_true", help="the workers with tracing=False (no spans)"
+    )
     args = parser.parse_args(argv)
     host, port = args.url.removeprefix("http://").rsplit(":", 1)
     concurrency = args.pollers * args.max
+    tracing = not args.no_tracing
 
     drains: dict[str, Callable[[], Any]] = {
         "raw": lambda: asyncio.run(_raw(host, int(port), args.pollers, args.max, False)),
         "raw-keys": lambda: asyncio.run(_raw(host, int(port), args.pollers, args.max, True)),
         "async": lambda: asyncio.run(
-            _async_worker(args.url, args.messages, concurrency, args.batch)
+            _async_worker(args.url, args.messages, concurrency, args.batch, tracing)
         ),
-        "threads": lambda: _thread_worker(args.url, args.messages, concurrency, args.batch),
+        "threads": lambda: _thread_worker(
+            args.url, args.messages, concurrency, args.batch, tracing
+        ),
     }
     # httpx imports its transport when the first client is made: not part of the drain.
     asyncio.run(AsyncClient(args.url).aclose())

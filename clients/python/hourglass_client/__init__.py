@@ -36,6 +36,7 @@ from hourglass_client.models import (
     RedriveResult,
     ReleaseResult,
     RetryPolicy,
+    Trace,
 )
 from hourglass_client.worker import AsyncWorker, Retry, Worker
 
@@ -74,6 +75,7 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "TooLarge",
+    "Trace",
     "Unauthorized",
     "Unavailable",
     "Worker",

@@ -16,6 +16,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 import httpx
 
 from hourglass_client import _operations as operations
+from hourglass_client import _tracing
 from hourglass_client.errors import ConnectionFailed, HourglassError, Unavailable, error_from
 from hourglass_client.models.messages import (
     BatchResult,
@@ -84,6 +85,8 @@ class Options:
         arguments: dict[str, Any] = {"params": call.params or None}
         if call.has_body:
             arguments["json"] = call.json
+        if call.traced and (trace := _tracing.headers()) is not None:
+            arguments["headers"] = trace  # added to the client's own
         if call.wait:
             # A long poll is answered after up to `wait` seconds: read that much longer.
             arguments["timeout"] = httpx.Timeout(self.timeout, read=self.timeout + call.wait)

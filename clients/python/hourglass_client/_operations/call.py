@@ -30,6 +30,8 @@ class Call(Generic[T]):
     accept: frozenset[int] = frozenset()
     # Seconds the service may hold the request before answering (a long poll's wait).
     wait: float = 0.0
+    # An offer: sent with the current trace context's headers, if any (_tracing.py).
+    traced: bool = False
 
     @property
     def has_body(self) -> bool:

@@ -68,6 +68,7 @@ def offer(
         read_json(OfferResult.from_json),
         json=body,
         repeatable=scheduled_at is not None,
+        traced=True,
     )
 
 
@@ -96,6 +97,7 @@ def update(
             **present(priority=priority, group=group),
         },
         repeatable=scheduled_at is not None,
+        traced=True,
     )
 
 
@@ -122,6 +124,7 @@ def create(
             **expiry(expires_at, ttl),
             **present(priority=priority, group=group),
         },
+        traced=True,
     )
 
 
@@ -152,6 +155,7 @@ def batch(queue: str, offers: Sequence[Offer], if_exists: IfExists = "update") -
         # repeat's first offer of it updates the stored second).
         repeatable=all(item.scheduled_at is not None for item in offers)
         and len({item.key for item in offers}) == len(offers),
+        traced=True,
     )
 
 

@@ -27,6 +27,7 @@ from hourglass_client.models.messages import (
     Outcome,
     Page,
     State,
+    Trace,
 )
 from hourglass_client.models.queues import (
     PushTarget,
@@ -67,4 +68,5 @@ __all__ = [
     "RetryPolicy",
     "Seconds",
     "State",
+    "Trace",
 ]

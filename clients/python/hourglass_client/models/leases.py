@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-from hourglass_client.models.messages import Message
+from hourglass_client.models.messages import Message, Trace
 from hourglass_client.models.times import parse_time
 
 DeliveryKind = Literal["first", "redelivery"]
@@ -98,6 +98,9 @@ class Lease:
                     "group": item.get("group"),
                     "expires_at": optional_time(item.get("expires_at")),
                     "expired": item.get("expired", False),
+                    "trace": None
+                    if (trace := item.get("trace")) is None
+                    else Trace.from_json(trace),
                     "delivery": item["delivery"],
                     "lease_expires_at": time(item["lease_expires_at"]),
                     "lock_id": lock_id,

@@ -128,6 +128,20 @@ class BatchResult:
 
 
 @dataclass(frozen=True)
+class Trace:
+    """The W3C trace context a message was offered in: its producer's `traceparent` and
+    `tracestate` headers, as the service stored them."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Trace | None:
+        """The trace of a message's `trace` field (None: none, or a service from before it)."""
+        return None if data is None else cls(data["traceparent"], data.get("tracestate"))
+
+
+@dataclass(frozen=True)
 class Message:
     """A message as stored. `scheduled_at` is when it is next due (for a leased message, when
     its lease ends); `scheduled_at_initially` is the time its producer asked for."""
@@ -150,6 +164,8 @@ class Message:
     expires_at: datetime | None
     # A dead letter moved here because its expiry passed (not because of its deliveries).
     expired: bool
+    # The trace context it was offered in; None: none (or a service from before traces).
+    trace: Trace | None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -171,6 +187,7 @@ def _message_fields(data: dict[str, Any]) -> dict[str, Any]:
         "group": data.get("group"),
         "expires_at": optional_time(data.get("expires_at")),
         "expired": data.get("expired", False),
+        "trace": Trace.from_json(data.get("trace")),
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from hourglass_client.client import AsyncClient
 from hourglass_client.worker._engine import Engine, Job
+from hourglass_client.worker._tracing import Consumer
 from hourglass_client.worker.handlers import AsyncHandler, Handler
 
 # Outcomes of handler threads that finish while others still run are read at most this
@@ -21,9 +22,17 @@ _BATCH_WINDOW = 0.001
 class TaskEngine(Engine):
     """Runs a coroutine function's handler as a task per message, on the engine's loop."""
 
-    def __init__(self, client: AsyncClient, queue: str, handler: AsyncHandler, **settings: Any):
+    def __init__(
+        self,
+        client: AsyncClient,
+        queue: str,
+        handler: AsyncHandler,
+        tracing: Consumer | None,
+        **settings: Any,
+    ):
         super().__init__(client, queue, **settings)
         self.handler = handler
+        self.tracing = tracing  # the handler's span, if any (worker/_tracing.py)
         self._loop = asyncio.get_running_loop()
 
     def _start(self, job: Job) -> None:
@@ -32,7 +41,10 @@ class TaskEngine(Engine):
     async def _run(self, job: Job) -> None:
         began = time.monotonic()
         try:
-            await self.handler(job.message)
+            if self.tracing is None:
+                await self.handler(job.message)
+            else:
+                await self.tracing.run_async(self.handler, job.message)
         except asyncio.CancelledError:
             # A second signal gave it back already; if the handler's own, the same.
             if job in self._jobs:
@@ -61,9 +73,17 @@ class ThreadEngine(Engine):
     a future, a task and a wake-up per message (`_report` says when).
     """
 
-    def __init__(self, client: AsyncClient, queue: str, handler: Handler, **settings: Any):
+    def __init__(
+        self,
+        client: AsyncClient,
+        queue: str,
+        handler: Handler,
+        tracing: Consumer | None,
+        **settings: Any,
+    ):
         super().__init__(client, queue, **settings)
         self.handler = handler
+        self.tracing = tracing  # the handler's span, if any (worker/_tracing.py)
         self._loop = asyncio.get_running_loop()
         self._inbox: SimpleQueue[Job | None] = SimpleQueue()
         self._outbox: list[Job] = []
@@ -84,13 +104,17 @@ class ThreadEngine(Engine):
 
     def _serve(self) -> None:
         """A handler thread: run the handler on each message it takes, until told to end."""
+        handler, tracing = self.handler, self.tracing
         while (job := self._inbox.get()) is not None:
             with self._outbox_lock:
                 self._busy += 1
                 self._report()
             began = time.monotonic()
             try:
-                self.handler(job.message)
+                if tracing is None:
+                    handler(job.message)
+                else:
+                    tracing.run(handler, job.message)
             except BaseException as error:  # noqa: BLE001 - the loop reports it
                 job.error = error
             job.took = time.monotonic() - began

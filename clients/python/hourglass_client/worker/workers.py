@@ -8,13 +8,17 @@ import inspect
 import logging
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hourglass_client.client import AsyncClient, Client, Options
+from hourglass_client.client import AsyncClient, Client, Options, __version__
 from hourglass_client.models.times import Seconds, seconds
 from hourglass_client.worker._engine import Engine
 from hourglass_client.worker._runners import TaskEngine, ThreadEngine
+from hourglass_client.worker._tracing import consumer
 from hourglass_client.worker.handlers import AsyncHandler, Handler
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 logger = logging.getLogger("hourglass_client.worker")
 
@@ -39,8 +43,15 @@ def _check(
 
 
 def _engine_settings(worker: AsyncWorker | Worker) -> dict[str, Any]:
-    """The engine's settings, as either worker holds them."""
+    """The engine's settings, as either worker holds them; its tracer is had here, as the
+    worker starts (so a tracer provider set after the worker was made is used)."""
     return {
+        "tracing": consumer(
+            worker.queue,
+            __version__,
+            enabled=worker.tracing,
+            tracer_provider=worker.tracer_provider,
+        ),
         "concurrency": worker.concurrency,
         "batch": worker.batch,
         "lease": worker.lease,
@@ -81,6 +92,11 @@ class AsyncWorker:
     stop (`stop()`, SIGTERM or SIGINT): polling stops, running handlers finish,
     messages held but not started are released. A second stop releases the running
     messages too and returns at once.
+
+    With opentelemetry-api installed (the `otel` extra), each handler runs in a consumer
+    span whose parent is the span that offered its message, made by `tracer_provider`'s
+    tracer (None: the global provider's); `tracing=False` makes none
+    (docs/guide/workers.md, "Tracing").
     """
 
     def __init__(
@@ -94,6 +110,8 @@ class AsyncWorker:
         lease: Seconds = 30.0,
         wait: Seconds = 20.0,
         logger: logging.Logger = logger,
+        tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(handler):
             raise TypeError("AsyncWorker runs coroutine functions; use Worker for a plain one")
@@ -103,6 +121,8 @@ class AsyncWorker:
         self.concurrency = concurrency
         self.batch, self.lease, self.wait = _check(concurrency, batch, lease, wait)
         self.logger = logger
+        self.tracing = tracing
+        self.tracer_provider = tracer_provider
         self._engine: Engine | None = None
 
     async def run(self, *, handle_signals: bool = True) -> None:
@@ -146,6 +166,8 @@ class Worker:
         wait: Seconds = 20.0,
         token: str | None = None,
         logger: logging.Logger = logger,
+        tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(handler):
             raise TypeError("Worker runs plain functions; use AsyncWorker for a coroutine one")
@@ -158,6 +180,8 @@ class Worker:
         self.concurrency = concurrency
         self.batch, self.lease, self.wait = _check(concurrency, batch, lease, wait)
         self.logger = logger
+        self.tracing = tracing
+        self.tracer_provider = tracer_provider
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine: Engine | None = None
         self._stop_asked = threading.Event()
