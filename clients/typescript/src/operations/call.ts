@@ -30,12 +30,16 @@ export interface Call<T> {
 }
 
 /**
- * `value` as one path segment: `/`, `%`, `?`… encoded, and `.`/`..` kept from meaning a
- * directory (a key may be any of these).
+ * `value` as one path segment: `/`, `%`, `?`… encoded. A key of `.` or `..` cannot be sent
+ * at all: fetch reads the URL as WHATWG's URL standard says, where a segment `.` or `..`,
+ * or an encoding of one (`%2E`), is a directory, resolved away before the request leaves
+ * (another route would be asked); such a name is refused before anything is sent.
  */
 export function segment(value: string): string {
-  const quoted = encodeURIComponent(value);
-  return quoted.replace(/\./g, "") === "" ? quoted.replace(/\./g, "%2E") : quoted;
+  if (value === "." || value === "..") {
+    throw new TypeError(`${JSON.stringify(value)} cannot be sent as a name in a URL through fetch`);
+  }
+  return encodeURIComponent(value);
 }
 
 export function queuePath(queue: string, ...parts: string[]): string {
