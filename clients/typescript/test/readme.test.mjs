@@ -10,14 +10,17 @@ import { promisify } from "node:util";
 import ts from "typescript";
 import { Client } from "hourglass-client";
 import { WAIT, deferred, within } from "./support/helpers.mjs";
-import { PACKAGE, startServer } from "./support/server.mjs";
+import { PACKAGE, ROOT, startServer } from "./support/server.mjs";
 
+// The page whose blocks this runs (each marked `<!-- run by: … -->` there, which
+// tests/docs/test_examples.py checks).
+const PAGE = join(ROOT, "clients/typescript/README.md");
 const DOCUMENTED_URL = "http://127.0.0.1:8080";
 const run = promisify(execFile);
 
 /** The README's ```ts blocks, in order. */
 function blocks() {
-  const text = readFileSync(join(PACKAGE, "README.md"), "utf8");
+  const text = readFileSync(PAGE, "utf8");
   return [...text.matchAll(/^```ts\n(.*?)^```$/gms)].map((match) => match[1]);
 }
 
