@@ -48,10 +48,12 @@ for (const database of databases()) {
         await finish.promise;
       }, { concurrency: 1, lease: 1, wait: 0, logger: log.logger });
       await within(started.promise, "the handler to start");
+      // Another worker's poll waits 3.5 leases: it would get the message the moment its
+      // lease lapsed.
+      const competing = await hourglass.poll(queue, { wait: 3.5 });
+      assert.equal(competing.lock_id, null);
       await within(extended.promise, "four extensions");
       assert.ok(secondsUntil(leaseEnd) < 0, "the first lease has not ended yet");
-      // Still leased to the worker: another poll finds nothing.
-      assert.equal((await hourglass.poll(queue)).lock_id, null);
       assert.equal((await hourglass.get(queue, "slow")).state, "leased");
       finish.resolve();
       await log.until(/^debug acknowledged 1 message/);
