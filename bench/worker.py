@@ -16,7 +16,9 @@ runs VACUUM ANALYZE, then drains it in a client process of its own
 - raw, per-key acks: the same, acknowledging each poll by its keys (what the library
   sends), to tell the server's share of the gap from the library's;
 - `AsyncWorker` with `concurrency` P×M, a no-op coroutine handler;
-- `Worker` (threads), `concurrency` P×M, a no-op function.
+- `Worker` (threads), `concurrency` P×M, a no-op function;
+- the TypeScript client's `Worker` (clients/typescript, built by `npm ci` there), in a
+  Node process (`bench/worker_drain.mjs`), `concurrency` P×M, a no-op function.
 
 The workers trace (a consumer span per handler) whenever opentelemetry-api is
 importable, which the header line says; no SDK is configured, so the spans are the
@@ -29,10 +31,11 @@ acknowledgement answers; a worker's polls ask only for its free slots (P×M less
 handlers running and what polls already out asked for), and a slot is free again
 when its handler returns, so messages whose acknowledgement is on its way are not
 counted (as a real worker does). Every variant and the raw drain run on the stock
-asyncio event loop, in a client process of their own. The variants alternate in
+asyncio event loop (the TypeScript worker on Node's), in a client process of their own
+(its CPU: `os.times`, or Node's `process.cpuUsage`). The variants alternate in
 that order round after round, so drift in the shared machine hits all alike; the
 figures are medians over rounds, and each ratio is to the raw drain. CPU per
-message: the client process (its own `os.times`), the server process and every
+message: the client process (its own count), the server process and every
 PostgreSQL process (from /proc) over the drain; requests per 1,000 messages come
 from the server's Prometheus counters.
 """
@@ -73,6 +76,7 @@ VARIANTS = {
     "raw-keys": "raw drain, per-key acks",
     "async": "AsyncWorker, per-key acks",
     "threads": "Worker (threads), per-key acks",
+    "typescript": "TypeScript Worker (Node), per-key acks",
 }
 # How the server's routes are shown in the requests column.
 ROUTES = {
@@ -107,8 +111,11 @@ class Plan:
         variants = {"raw": VARIANTS["raw"], "raw-keys": VARIANTS["raw-keys"]}
         tracings = {"off": ", tracing off", "on": ", tracing on"} if self.tracing else {"": ""}
         for batch in self.batches or (None,):
-            for library in ("async", "threads"):
-                for tracing, said in tracings.items():
+            for library in ("async", "threads", "typescript"):
+                # The TypeScript worker has no OpenTelemetry of its own: one row, untraced.
+                for tracing, said in (
+                    tracings.items() if library != "typescript" else {"": ""}.items()
+                ):
                     key = ":".join((library, str(batch or ""), tracing)).rstrip(":")
                     name = VARIANTS[library] + (f", batch {batch}" if batch else "") + said
                     variants[key] = name
@@ -161,16 +168,25 @@ def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> D
     path = [str(plan.client), str(ROOT), os.environ.get("PYTHONPATH", "")]
     library, batch, tracing = (variant.split(":") + ["", ""])[:3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    command = [
-        sys.executable,
-        "-m",
-        "bench.worker_drain",
-        library,
-        *("--url", server.url, "--messages", str(messages)),
-        *("--pollers", str(plan.pollers), "--max", str(plan.max)),
-        *(("--batch", batch) if batch else ()),
-        *(("--no-tracing",) if tracing == "off" else ()),
-    ]
+    if library == "typescript":
+        command = [
+            "node",
+            str(ROOT / "bench" / "worker_drain.mjs"),
+            *("--url", server.url, "--messages", str(messages)),
+            *("--concurrency", str(plan.concurrency)),
+            *(("--batch", batch) if batch else ()),
+        ]
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "bench.worker_drain",
+            library,
+            *("--url", server.url, "--messages", str(messages)),
+            *("--pollers", str(plan.pollers), "--max", str(plan.max)),
+            *(("--batch", batch) if batch else ()),
+            *(("--no-tracing",) if tracing == "off" else ()),
+        ]
     child = subprocess.Popen(
         command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )

@@ -181,6 +181,7 @@ def test_the_worker_benchmark_drains_every_variant_and_reports_each():
         "raw drain, per-key acks",
         "AsyncWorker, per-key acks",
         "Worker (threads), per-key acks",
+        "TypeScript Worker (Node), per-key acks",
     ]
     for row in rows:
         assert float(row[1].replace(",", "")) > 0  # msg/s

@@ -26,6 +26,18 @@ _EXPORT = re.compile(r"export (?P<name>HOURGLASS_\w+)=(?P<value>\S+)")
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
+# Where the TypeScript client's tests live: a "run by" may name one of them (a Node test
+# file, run by `npm test` in .ci/run, not by pytest), which must read the page it runs.
+NODE_TESTS = "clients/typescript/test/"
+
+
+def node_test(what: str) -> str | None:
+    """The Node test file a "run by" names (`clients/typescript/test/x.test.mjs`), if it
+    names one rather than a pytest test."""
+    file = what.partition("::")[0]
+    return file if file.startswith(NODE_TESTS) and file.endswith(".test.mjs") else None
+
+
 @dataclass
 class Block:
     page: Path
