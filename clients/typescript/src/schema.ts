@@ -762,6 +762,8 @@ export interface components {
              * @description A dead letter moved here because its expiry passed (not its deliveries)
              */
             expired: boolean;
+            /** @description The trace context its offer (or last update) came with, or null: none, or a malformed `traceparent` */
+            trace: components["schemas"]["Trace"] | null;
             delivery: components["schemas"]["DeliveryKind"];
             /**
              * Lease Expires At
@@ -938,6 +940,8 @@ export interface components {
              * @description A dead letter moved here because its expiry passed (not its deliveries)
              */
             expired: boolean;
+            /** @description The trace context its offer (or last update) came with, or null: none, or a malformed `traceparent` */
+            trace: components["schemas"]["Trace"] | null;
         };
         /** OfferResponse */
         OfferResponse: {
@@ -1385,6 +1389,22 @@ export interface components {
          */
         State: "scheduled" | "ready" | "leased";
         /**
+         * Trace
+         * @description The W3C trace context of the request that offered or last updated a message.
+         */
+        Trace: {
+            /**
+             * Traceparent
+             * @description The offer's `traceparent` header (W3C Trace Context): version-traceid-parentid-flags
+             */
+            traceparent: string;
+            /**
+             * Tracestate
+             * @description Its `tracestate` headers, joined by `,`; null: none came, or a malformed one was dropped
+             */
+            tracestate: string | null;
+        };
+        /**
          * UpdateMessage
          * @description Body of `POST …/messages/{key}` (update only) and `POST …/messages` (new key).
          */
@@ -1428,7 +1448,12 @@ export interface components {
         } & (unknown & unknown);
     };
     responses: never;
-    parameters: never;
+    parameters: {
+        /** @description W3C trace context: stored with the message, returned by polls and reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; a malformed one (or more than one) is ignored, and so is `tracestate` then */
+        traceparent: string;
+        /** @description W3C trace context: kept with a valid `traceparent` only; several are joined by `,`; at most 32 members and 512 characters, else ignored alone */
+        tracestate: string;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
@@ -1927,7 +1952,12 @@ export interface operations {
     offerMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description W3C trace context: stored with the message, returned by polls and reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; a malformed one (or more than one) is ignored, and so is `tracestate` then */
+                traceparent?: components["parameters"]["traceparent"];
+                /** @description W3C trace context: kept with a valid `traceparent` only; several are joined by `,`; at most 32 members and 512 characters, else ignored alone */
+                tracestate?: components["parameters"]["tracestate"];
+            };
             path: {
                 /** @description Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}` */
                 queue: string;
@@ -2019,7 +2049,12 @@ export interface operations {
     updateMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description W3C trace context: stored with the message, returned by polls and reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; a malformed one (or more than one) is ignored, and so is `tracestate` then */
+                traceparent?: components["parameters"]["traceparent"];
+                /** @description W3C trace context: kept with a valid `traceparent` only; several are joined by `,`; at most 32 members and 512 characters, else ignored alone */
+                tracestate?: components["parameters"]["tracestate"];
+            };
             path: {
                 /** @description Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}` */
                 queue: string;
@@ -2258,7 +2293,12 @@ export interface operations {
     createMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description W3C trace context: stored with the message, returned by polls and reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; a malformed one (or more than one) is ignored, and so is `tracestate` then */
+                traceparent?: components["parameters"]["traceparent"];
+                /** @description W3C trace context: kept with a valid `traceparent` only; several are joined by `,`; at most 32 members and 512 characters, else ignored alone */
+                tracestate?: components["parameters"]["tracestate"];
+            };
             path: {
                 /** @description Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}` */
                 queue: string;
@@ -2340,7 +2380,12 @@ export interface operations {
     offerBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description W3C trace context: stored with the message, returned by polls and reads, sent by push. One header, version-traceid-parentid-flags in lowercase hex; a malformed one (or more than one) is ignored, and so is `tracestate` then */
+                traceparent?: components["parameters"]["traceparent"];
+                /** @description W3C trace context: kept with a valid `traceparent` only; several are joined by `,`; at most 32 members and 512 characters, else ignored alone */
+                tracestate?: components["parameters"]["tracestate"];
+            };
             path: {
                 /** @description Queue name: `[A-Za-z0-9][A-Za-z0-9._-]{0,99}` */
                 queue: string;
