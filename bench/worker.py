@@ -47,6 +47,7 @@ import asyncio
 import importlib.metadata
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,12 @@ CLIENT_PATH = ROOT / "clients" / "python"
 BATCH = 1000
 FILL_CONNECTIONS = 2
 CHILD_TIMEOUT = 600  # seconds a drain may take before the run fails
+# The TypeScript worker's row needs Node and the client built (`npm ci` in
+# clients/typescript, as .ci/run does); without them the row is left out, and said so.
+TYPESCRIPT_BUILT = (
+    shutil.which("node") is not None
+    and (ROOT / "clients" / "typescript" / "dist" / "index.js").exists()
+)
 
 # The variants in the order each round runs them: bench/worker_drain.py's name, the row's.
 VARIANTS = {
@@ -111,7 +118,7 @@ class Plan:
         variants = {"raw": VARIANTS["raw"], "raw-keys": VARIANTS["raw-keys"]}
         tracings = {"off": ", tracing off", "on": ", tracing on"} if self.tracing else {"": ""}
         for batch in self.batches or (None,):
-            for library in ("async", "threads", "typescript"):
+            for library in ("async", "threads", "typescript")[: 3 if TYPESCRIPT_BUILT else 2]:
                 # The TypeScript worker has no OpenTelemetry of its own: one row, untraced.
                 for tracing, said in (
                     tracings.items() if library != "typescript" else {"": ""}.items()
@@ -398,7 +405,13 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{plan.messages:,} messages a drain, {plan.rounds} round(s); raw: {plan.pollers} "
         f"pollers × max={plan.max}; workers: concurrency {plan.concurrency}, "
-        f"{_opentelemetry()}; load average "
+        f"{_opentelemetry()}; "
+        + (
+            ""
+            if TYPESCRIPT_BUILT
+            else "TypeScript worker left out (not built: npm ci in clients/typescript); "
+        )
+        + "load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; "
         f"{time.perf_counter() - started:.0f} s\n"
     )
