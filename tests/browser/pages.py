@@ -73,10 +73,18 @@ class Service:
     proxy: TcpProxy | None
     api: httpx.Client
 
-    def offer(self, queue: str, key: str, payload: Any = None, **fields: Any) -> None:
+    def offer(
+        self,
+        queue: str,
+        key: str,
+        payload: Any = None,
+        headers: dict[str, str] | None = None,
+        **fields: Any,
+    ) -> None:
         response = self.api.put(
             f"/v1/queues/{queue}/messages/{quote(key, safe='')}",
             json={"payload": payload, **fields},
+            headers=headers,
         )
         assert response.status_code in (200, 201), response.text
 

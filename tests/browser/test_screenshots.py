@@ -50,7 +50,9 @@ def _seed(service: Service) -> None:
             "channels": ["email", "push"],
             "data": {"plan": "team", "seats": 12, "trial_ends_on": "2026-11-28"},
         }
-        service.offer("reminders", key, payload, delay=delay)
+        # The trial's reminder was offered inside a trace (docs/guide/messages.md).
+        trace = {"traceparent": f"00-4bf92f3577b34da6a3ce929d0e0e{user:04d}-00f067aa0ba902b7-01"}
+        service.offer("reminders", key, payload, headers=trace, delay=delay)
     cron = {"payload": {"kind": "digest", "audience": "all"}, "cron": "0 6 * * *"}
     installed = service.api.put(
         "/v1/queues/reminders/cron/nightly%2Fdigest", json={**cron, "timezone": "Europe/Berlin"}
