@@ -1,6 +1,7 @@
 // The worker's polls against a real service (SQLite, PostgreSQL): as many messages as it
 // has free slots, no more handlers at once than its concurrency, acknowledgements on the
-// next poll or by key, and a poll refused for good stopping it.
+// next poll or by key, what a poll brings as the worker stops given back unstarted, and a
+// poll refused for good stopping it.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Client, Invalid, NotFound } from "hourglass-client";
@@ -113,6 +114,36 @@ for (const database of databases()) {
       const finished = [];
       for await (const entry of hourglass.iterHistory(queue)) finished.push(entry.key);
       assert.deepEqual(finished.sort(), keys);
+    });
+
+    test("a stop while a poll answers gives back what it did not start", async () => {
+      const queue = uniqueQueue();
+      await hourglass.offerMany(queue, keyed(["a", "b"]));
+      let worker;
+      const recorded = recordingClient(server.url, {
+        answer(route, body) {
+          if (route === "poll" && body.messages.length) worker.worker.stop(); // the stop comes as the answer does
+          return body;
+        },
+      });
+      const handled = [];
+      const log = watchingLogger();
+      // One poll for every slot: no second poll out to claim what the first gives back.
+      worker = running(recorded.client, queue, (message) => handled.push(message.key), {
+        concurrency: 2, batch: 2, wait: 0, logger: log.logger,
+      });
+      await within(worker.finished, "the worker to stop");
+      assert.deepEqual(handled, []);
+      assert.equal(recorded.polls().length, 1);
+      for (const key of ["a", "b"]) {
+        const message = await hourglass.get(queue, key);
+        assert.deepEqual([message.state, message.deliveries], ["ready", 1], key);
+      }
+      // Released due now: the next poll takes both.
+      const lease = await hourglass.poll(queue, { max: 10 });
+      assert.deepEqual(lease.messages.map((message) => message.key).sort(), ["a", "b"]);
+      await hourglass.release(queue, lease.lock_id, { delay: 0 });
+      assert.match(log.lines.at(-1), /worker stopped: 0 done, 0 failed, 0 retried, 2 released unstarted, 0 leases lost/);
     });
 
     test("a poll refused for good stops the worker with its error", async () => {
