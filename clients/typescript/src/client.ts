@@ -132,26 +132,30 @@ export class Client {
     const headers: Record<string, string> = { ...this.#headers, ...call.headers };
     if (call.body !== undefined) headers["Content-Type"] = "application/json";
     const timeout = AbortSignal.timeout((this.timeout + (call.wait ?? 0)) * 1000);
-    const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
-    let response: Response;
+    const { signal, release } = call.signal ? anySignal([call.signal, timeout]) : { signal: timeout, release() {} };
     try {
-      response = await this.#fetch(url, {
-        method: call.method,
-        headers,
-        signal,
-        ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
-      });
-    } catch (error) {
-      throw this.#unanswered(call, error, false);
-    }
-    if (!response.ok && !call.accept?.includes(response.status)) {
-      throw await errorFrom(response);
-    }
-    try {
-      return await call.read(response);
-    } catch (error) {
-      // The answer broke off (or is not what its operation returns).
-      throw this.#unanswered(call, error, true);
+      let response: Response;
+      try {
+        response = await this.#fetch(url, {
+          method: call.method,
+          headers,
+          signal,
+          ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
+        });
+      } catch (error) {
+        throw this.#unanswered(call, error, false);
+      }
+      if (!response.ok && !call.accept?.includes(response.status)) {
+        throw await errorFrom(response);
+      }
+      try {
+        return await call.read(response);
+      } catch (error) {
+        // The answer broke off (or is not what its operation returns).
+        throw this.#unanswered(call, error, true);
+      }
+    } finally {
+      release();
     }
   }
 
@@ -367,6 +371,30 @@ export class Client {
   uninstallCron(queue: string, name: string): Promise<void> {
     return this.send(cron.uninstallCron(queue, name));
   }
+}
+
+/**
+ * A signal that aborts when any of `signals` does (with that one's reason), and `release`,
+ * which stops listening to them: `AbortSignal.any` where the platform has it (Node 20.3
+ * and later), else joined by hand.
+ */
+function anySignal(signals: readonly AbortSignal[]): { signal: AbortSignal; release(): void } {
+  if (typeof AbortSignal.any === "function") return { signal: AbortSignal.any([...signals]), release() {} };
+  const joined = new AbortController();
+  const first = signals.find((signal) => signal.aborted);
+  if (first !== undefined) {
+    joined.abort(first.reason);
+    return { signal: joined.signal, release() {} };
+  }
+  const release = () => {
+    for (const signal of signals) signal.removeEventListener("abort", aborted);
+  };
+  function aborted(this: AbortSignal) {
+    release();
+    joined.abort(this.reason);
+  }
+  for (const signal of signals) signal.addEventListener("abort", aborted);
+  return { signal: joined.signal, release };
 }
 
 /** Wait `seconds`, or less if `signal` aborts (then throw its reason). */
