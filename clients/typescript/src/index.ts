@@ -8,5 +8,5 @@ export { Client, DEFAULT_URL, MAX_BATCH, VERSION, backoff, type ClientOptions } 
 export * from "./errors.js";
 export type * from "./types.js";
 export { Worker, type WorkerOptions } from "./worker/worker.js";
-export { Retry, type Handler, type HandlerContext, type Trace } from "./worker/handlers.js";
+export { Retry, type Handler, type HandlerContext } from "./worker/handlers.js";
 export { stderrLogger, type Logger } from "./worker/logger.js";

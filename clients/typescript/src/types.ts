@@ -1,8 +1,9 @@
 /**
  * The shapes the client sends and returns, named from the types openapi-typescript
- * generates from openapi.yaml (schema.ts): answers are the service's JSON as it comes
- * (times are RFC 3339 strings in UTC, durations seconds); the options of each method are
- * its request body's fields, named as on the wire, with `Date`s taken for times.
+ * generates from openapi.yaml (schema.ts), so that `npm run check:types` catches their
+ * drift: answers are the service's JSON as it comes (times are RFC 3339 strings in UTC,
+ * durations seconds); the options of each method are its request body's (or query's)
+ * fields, named as on the wire, with `Date`s taken for times.
  */
 
 import type { components, operations } from "./schema.js";
@@ -30,19 +31,14 @@ export type CronEntry = Schemas["CronEntryResponse"];
 export type CronInstallResult = Schemas["CronInstallResponse"];
 export type Problem = Schemas["Problem"];
 
-/** W3C trace context, as an offer's `traceparent` and `tracestate` headers carry it. */
-export interface TraceContext {
-  traceparent: string;
-  tracestate?: string | null;
-}
-
 /**
- * A message as a poll hands it out, under its lease. `trace` is the producer's trace
- * context, when the service stores one (absent from services that do not).
+ * W3C trace context: an offer's `traceparent` and `tracestate` headers, as the service
+ * stores them with the message and hands them to a worker (`DeliveredMessage.trace`).
  */
-export type DeliveredMessage = Schemas["DeliveredMessage"] & {
-  trace?: { traceparent: string; tracestate: string | null } | null;
-};
+export type Trace = Schemas["Trace"];
+
+/** A message as a poll hands it out, under its lease, with its producer's `trace` (or null). */
+export type DeliveredMessage = Schemas["DeliveredMessage"];
 
 /**
  * A poll's answer: the messages leased under `lock_id` (null and none when nothing was
@@ -64,51 +60,43 @@ type Timed<T> = Omit<T, "payload" | "scheduled_at" | "expires_at"> & {
   expires_at?: Time;
 };
 
-/** When and how a message is offered (`Client.offer`): a `PUT …/messages/{key}` body. */
-export type OfferOptions = Timed<Schemas["PutMessage"]> & {
-  /** Sent as the `traceparent` and `tracestate` headers: stored with the message. */
-  trace?: TraceContext;
-};
+/** `T`'s fields, each optional and not null (a field left out says what null would). */
+type Given<T> = { [Field in keyof T]?: Exclude<T[Field], null> };
+
+/** The query parameters of an operation of openapi.yaml. */
+type Query<Id extends OperationId> = Given<NonNullable<operations[Id]["parameters"]["query"]>>;
+
+/**
+ * When and how a message is offered (`Client.offer`): a `PUT …/messages/{key}` body, and
+ * its `trace`, sent as the `traceparent` and `tracestate` headers and stored with the
+ * message (null or none: no trace; a handler's `context.trace` passes on as it is).
+ */
+export type OfferOptions = Timed<Schemas["PutMessage"]> & { trace?: Trace | null };
 
 /** An update's fields (`Client.update`, `Client.create`): as an offer's, without `if_exists`. */
-export type UpdateOptions = Timed<Schemas["UpdateMessage"]> & { trace?: TraceContext };
+export type UpdateOptions = Timed<Schemas["UpdateMessage"]> & { trace?: Trace | null };
 
 /** One offer of `Client.offerMany`: a key, its payload, and an offer's fields. */
 export type Offer = Timed<Omit<Schemas["BatchItem"], "key">> & { key: string; payload: unknown };
 
-export interface ListOptions {
-  state?: ListState;
-  prefix?: string;
-  group?: string;
-  limit?: number;
-  cursor?: string;
-}
+/** A page of `Client.listMessages`: a `GET …/messages` query. */
+export type ListOptions = Query<"listMessages">;
 
-export interface HistoryOptions {
-  key?: string;
-  outcome?: Finish;
-  limit?: number;
-  cursor?: string;
-}
+/** A page of `Client.history`: a `GET …/history` query. */
+export type HistoryOptions = Query<"listHistory">;
 
 /** What a poll acknowledges before it claims: all a lock still holds, or some of its keys. */
-export interface Ack {
-  lock_id: string;
-  keys?: string[];
-}
+export type Ack = Schemas["PollAcknowledgement"];
 
-export interface PollOptions {
-  /** 1–1000 messages at most (1). */
-  max?: number;
-  /** Seconds to wait for one to come due, 0–20 (0). */
-  wait?: number;
-  /** Seconds to lease them for (the queue's default lease). */
-  lease?: number;
-  /** Acknowledge first, in the same request: a lock id (all it holds) or an `Ack`. */
+/**
+ * A poll's fields (`Client.poll`): a `POST …/poll` body, its `ack` a lock id (all it
+ * holds) or an `Ack`; `signal` aborts the poll (the service gives back what it claimed
+ * for a caller that hung up).
+ */
+export type PollOptions = Given<Omit<Schemas["PollRequest"], "ack">> & {
   ack?: string | Ack;
-  /** Aborts the poll: the service gives back what it claimed for a caller that hung up. */
   signal?: AbortSignal;
-}
+};
 
 export type SettingsOptions = Schemas["QueueSettingsRequest"];
 export type RedriveOptions = Schemas["RedriveRequest"];
@@ -116,7 +104,5 @@ export type RedriveOptions = Schemas["RedriveRequest"];
 /** A cron entry's schedule: exactly one of `cron`, `every` and `daily`, and its runs' fields. */
 export type CronOptions = Omit<Schemas["CronInstallRequest"], "payload">;
 
-export interface CronReadOptions {
-  after?: Time;
-  count?: number;
-}
+/** What `Client.getCron` shows: the runs `after` a time (now), `count` of them. */
+export type CronReadOptions = Omit<Query<"getCronEntry">, "after"> & { after?: Time };

@@ -11,6 +11,7 @@ import type {
   OfferOptions,
   OfferResult,
   Page,
+  Trace,
   UpdateOptions,
 } from "../types.js";
 import type { components } from "../schema.js";
@@ -121,7 +122,7 @@ export function batch(
   queue: string,
   offers: readonly Offer[],
   ifExists: IfExists = "update",
-  trace?: { traceparent: string; tracestate?: string | null },
+  trace?: Trace | null,
 ): Call<BatchResult> {
   const messages = offers.map(({ key, payload, scheduled_at, delay, expires_at, ttl, ...rest }) =>
     offerBody(payload, { scheduled_at, delay, expires_at, ttl }, { key, ...rest }),

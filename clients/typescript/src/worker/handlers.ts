@@ -3,13 +3,7 @@
  * besides the message, and `Retry`, which a handler throws to give its message back.
  */
 
-import type { DeliveredMessage } from "../types.js";
-
-/** W3C trace context of the producer, as the service stored it with the message. */
-export interface Trace {
-  traceparent: string;
-  tracestate: string | null;
-}
+import type { DeliveredMessage, Trace } from "../types.js";
 
 /** What a handler is handed besides its message. */
 export interface HandlerContext {
