@@ -85,7 +85,8 @@ for (const database of databases()) {
       await assert.rejects(hourglass.get(queue, "a"), NotFound);
       const stopping = performance.now();
       await worker.stop(); // cuts the waiting poll short
-      assert.ok(performance.now() - stopping < 5000, "the long poll was not cut short");
+      // Under half the poll's wait, however loaded the machine.
+      assert.ok(performance.now() - stopping < 10_000, "the long poll was not cut short");
       assert.match(log.matching(ACKNOWLEDGED)[0], /by key$/);
       assert.deepEqual(recorded.acksByKey(), [{ keys: ["a"] }]);
       assert.deepEqual(recorded.acksOnPolls(), []);

@@ -144,7 +144,10 @@ for (const database of databases()) {
         const queue = uniqueQueue();
         const keys = Array.from({ length: 10 }, (_, index) => `m${index}`);
         await hourglass.offerMany(queue, keyed(keys));
-        const worker = await WorkerProcess.start(server.url, queue, { concurrency: 4, lease: 2 });
+        // A short lease, kept while the handlers wait for their orders (extensions every
+        // 2 s, each able to come 4 s late), and one that would not hide a message left
+        // held for long.
+        const worker = await WorkerProcess.start(server.url, queue, { concurrency: 4, lease: 6 });
         processes.push(worker);
         const running = await worker.handlers(4);
         await worker.signal(name);
