@@ -1,6 +1,6 @@
 // Every operation of the client against a real `hourglass serve`, on SQLite and PostgreSQL:
-// messages, batches, lists, polls and locks, queues, settings, redrive and cron; and the
-// service's refusals as the client's errors.
+// messages, batches (and their trace context), lists, polls and locks, queues, settings,
+// redrive and cron; and the service's refusals as the client's errors.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Client, Forbidden, Invalid, NotFound, TooLarge, Unauthorized, BadRequest } from "hourglass-client";
@@ -122,6 +122,13 @@ for (const database of databases()) {
       assert.deepEqual(next.items.map((message) => message.key), keys(110, 120));
       assert.equal(await hourglass.purge(queue), 2500);
       await assert.rejects(hourglass.offerMany(queue, [], { batchSize: 1001 }), RangeError);
+    });
+
+    test("a batch's trace context goes with every message of it, in every batch", async () => {
+      const queue = uniqueQueue();
+      const trace = { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: "a=1" };
+      await hourglass.offerMany(queue, keys(0, 3).map((key) => ({ key, payload: key })), { trace, batchSize: 2 });
+      for (const key of keys(0, 3)) assert.deepEqual((await hourglass.get(queue, key)).trace, trace, key);
     });
 
     test("poll, extend, acknowledge by key, release and acknowledge a lock", async () => {

@@ -86,9 +86,10 @@ test("the cron entry prints what it shows", async () => {
   assert.deepEqual(stdout.trim().split("\n"), shown(programs[2].source));
 });
 
-test("the worker handles a reminder, retries an empty one in an hour, and stops on SIGTERM", async () => {
+test("the worker handles a reminder (its offer carrying the trace on), retries an empty one in an hour, and stops on SIGTERM", async () => {
   const hourglass = new Client(server.url);
-  await hourglass.offer("reminders", "user-42/friday", { user: 42, text: "Your trial ends today" });
+  const trace = { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: null };
+  await hourglass.offer("reminders", "user-42/friday", { user: 42, text: "Your trial ends today" }, { trace });
   await hourglass.offer("reminders", "user-43/friday", { user: 43, text: "" });
   const child = spawn(process.execPath, [programs[1].javascript], { stdio: ["ignore", "pipe", "pipe"] });
   const exited = new Promise((resolve) => child.once("exit", resolve));
@@ -112,6 +113,8 @@ test("the worker handles a reminder, retries an empty one in an hour, and stops 
     if (child.exitCode === null) child.kill("SIGKILL");
   }
   assert.equal(stdout, "to user 42: Your trial ends today (delivery 1)\n");
+  const sent = await hourglass.get("sent", "user-42/friday");
+  assert.deepEqual([sent.payload, sent.trace], [{ user: 42 }, trace]);
   const retry = await hourglass.get("reminders", "user-43/friday");
   assert.equal(retry.state, "scheduled");
   const inSeconds = (Date.parse(retry.scheduled_at) - Date.now()) / 1000;

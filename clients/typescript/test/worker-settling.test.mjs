@@ -1,7 +1,7 @@
 // The worker's leases and settling against a real service (SQLite, PostgreSQL): a lease
 // kept while a handler outlasts it, each message settled on its own, a thrown error
 // released as the queue's retry says or after a Retry's delay, and the producer's trace
-// context handed to the handler.
+// context handed to the handler, which passes it on.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Client, Retry } from "hourglass-client";
@@ -133,14 +133,18 @@ for (const database of databases()) {
       assert.deepEqual((await hourglass.get(queue, "traced")).trace, TRACE);
       const seen = new Map();
       const both = countdown(2);
-      const worker = running(hourglass, queue, (message, { trace }) => {
+      const onward = uniqueQueue();
+      const worker = running(hourglass, queue, async (message, { trace }) => {
         seen.set(message.key, trace);
+        await hourglass.offer(onward, message.key, 1, { trace }); // passed on, null or not
         both.tick();
       }, { concurrency: 2, wait: 0, logger: watchingLogger().logger });
       await within(both.promise, "both handlers");
       await worker.stop();
       assert.deepEqual(seen.get("traced"), TRACE);
       assert.equal(seen.get("untraced"), null);
+      assert.deepEqual((await hourglass.get(onward, "traced")).trace, TRACE);
+      assert.equal((await hourglass.get(onward, "untraced")).trace, null);
     });
 
     test("a handler is handed its message's trace and lock", async () => {
