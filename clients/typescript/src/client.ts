@@ -35,7 +35,7 @@ import type {
   RedriveResult,
   ReleaseResult,
   SettingsOptions,
-  Trace,
+  TraceInput,
   UpdateOptions,
 } from "./types.js";
 
@@ -205,7 +205,7 @@ export class Client {
   async offerMany(
     queue: string,
     offers: Iterable<Offer>,
-    options: { ifExists?: IfExists; batchSize?: number; trace?: Trace | null } = {},
+    options: { ifExists?: IfExists; batchSize?: number; trace?: TraceInput | null } = {},
   ): Promise<BatchResult> {
     const size = options.batchSize ?? MAX_BATCH;
     if (!Number.isInteger(size) || size < 1 || size > MAX_BATCH) {

@@ -36,6 +36,8 @@ export type Problem = Schemas["Problem"];
  * stores them with the message and hands them to a worker (`DeliveredMessage.trace`).
  */
 export type Trace = Schemas["Trace"];
+/** A trace context to send with an offer: a `Trace`, whose `tracestate` may be left out. */
+export type TraceInput = Omit<Trace, "tracestate"> & { tracestate?: Trace["tracestate"] };
 
 /** A message as a poll hands it out, under its lease, with its producer's `trace` (or null). */
 export type DeliveredMessage = Schemas["DeliveredMessage"];
@@ -71,10 +73,10 @@ type Query<Id extends OperationId> = Given<NonNullable<operations[Id]["parameter
  * its `trace`, sent as the `traceparent` and `tracestate` headers and stored with the
  * message (null or none: no trace; a handler's `context.trace` passes on as it is).
  */
-export type OfferOptions = Timed<Schemas["PutMessage"]> & { trace?: Trace | null };
+export type OfferOptions = Timed<Schemas["PutMessage"]> & { trace?: TraceInput | null };
 
 /** An update's fields (`Client.update`, `Client.create`): as an offer's, without `if_exists`. */
-export type UpdateOptions = Timed<Schemas["UpdateMessage"]> & { trace?: Trace | null };
+export type UpdateOptions = Timed<Schemas["UpdateMessage"]> & { trace?: TraceInput | null };
 
 /** One offer of `Client.offerMany`: a key, its payload, and an offer's fields. */
 export type Offer = Timed<Omit<Schemas["BatchItem"], "key">> & { key: string; payload: unknown };

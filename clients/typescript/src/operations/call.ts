@@ -3,7 +3,7 @@
  * from. Operations are pure (no I/O); `Client` sends them, with the retries they allow.
  */
 
-import type { OperationId, Time, Trace } from "../types.js";
+import type { OperationId, Time, TraceInput } from "../types.js";
 
 export type Method = "GET" | "PUT" | "POST" | "PATCH" | "DELETE";
 
@@ -109,7 +109,7 @@ export function present<T extends Record<string, unknown>>(fields: T): Record<st
 }
 
 /** The `traceparent` and `tracestate` headers of a trace context, if one is given. */
-export function traceHeaders(trace: Trace | null | undefined): Record<string, string> | undefined {
+export function traceHeaders(trace: TraceInput | null | undefined): Record<string, string> | undefined {
   if (trace == null) return undefined;
   const headers: Record<string, string> = { traceparent: trace.traceparent };
   if (trace.tracestate) headers["tracestate"] = trace.tracestate;

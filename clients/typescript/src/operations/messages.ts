@@ -11,7 +11,7 @@ import type {
   OfferOptions,
   OfferResult,
   Page,
-  Trace,
+  TraceInput,
   UpdateOptions,
 } from "../types.js";
 import type { components } from "../schema.js";
@@ -122,7 +122,7 @@ export function batch(
   queue: string,
   offers: readonly Offer[],
   ifExists: IfExists = "update",
-  trace?: Trace | null,
+  trace?: TraceInput | null,
 ): Call<BatchResult> {
   const messages = offers.map(({ key, payload, scheduled_at, delay, expires_at, ttl, ...rest }) =>
     offerBody(payload, { scheduled_at, delay, expires_at, ttl }, { key, ...rest }),
