@@ -101,8 +101,9 @@ CLAIM_MANY = (
     "locked.previous_lock_id AS previous_lock_id, locked.previous_deliveries AS "
     "previous_deliveries, locked.previous_first_delivered_at AS previous_first_delivered_at, "
     "locked.previous_last_delivered_at AS previous_last_delivered_at, locked.payload_bytes "
-    "AS payload_bytes, locked.payload_bytes + %(payload_bytes_1)s::INTEGER AS size, "
-    "sum(locked.payload_bytes + %(payload_bytes_1)s::INTEGER) OVER (ORDER BY locked.priority "
+    "AS payload_bytes, locked.trace_bytes AS trace_bytes, locked.payload_bytes + "
+    "%(payload_bytes_1)s::INTEGER + locked.trace_bytes AS size, sum(locked.payload_bytes + "
+    "%(payload_bytes_1)s::INTEGER + locked.trace_bytes) OVER (ORDER BY locked.priority "
     "DESC, locked.previous_scheduled_at, locked.id ROWS BETWEEN UNBOUNDED PRECEDING AND "
     "CURRENT ROW) AS answer_bytes, sum(locked.payload_bytes) OVER (ORDER BY locked.priority "
     "DESC, locked.previous_scheduled_at, locked.id ROWS BETWEEN UNBOUNDED PRECEDING AND "
@@ -111,14 +112,16 @@ CLAIM_MANY = (
     "candidates.previous_lock_id AS previous_lock_id, candidates.previous_deliveries AS "
     "previous_deliveries, candidates.previous_first_delivered_at AS "
     "previous_first_delivered_at, candidates.previous_last_delivered_at AS "
-    "previous_last_delivered_at, candidates.payload_bytes AS payload_bytes \nFROM (VALUES "
+    "previous_last_delivered_at, candidates.payload_bytes AS payload_bytes, "
+    "candidates.trace_bytes AS trace_bytes \nFROM (VALUES "
     "(9), (8), (7), (6), (5), (4), (3), (2), (1), (0)) AS priorities (priority) JOIN LATERAL "
     "(SELECT delayed_queue.id AS id, delayed_queue.priority AS priority, "
     'delayed_queue."scheduledAt" AS previous_scheduled_at, delayed_queue."lockUuid" AS '
     "previous_lock_id, delayed_queue.deliveries AS previous_deliveries, "
     'delayed_queue."firstDeliveredAt" AS previous_first_delivered_at, '
     'delayed_queue."lastDeliveredAt" AS previous_last_delivered_at, '
-    "length(delayed_queue.payload) AS payload_bytes \nFROM delayed_queue \nWHERE "
+    "length(delayed_queue.payload) AS payload_bytes, "
+    "2 * coalesce(length(delayed_queue.trace), 0) AS trace_bytes \nFROM delayed_queue \nWHERE "
     'delayed_queue."pKind" = %(queue)s::VARCHAR AND delayed_queue.priority = '
     'priorities.priority AND delayed_queue."scheduledAt" <= %(now)s::BIGINT AND '
     '(delayed_queue."expiresAt" IS NULL OR delayed_queue."expiresAt" > %(now)s::BIGINT) '

@@ -148,11 +148,11 @@ class Claim:
     room_at: int | None = None
 
 
-# What one message adds to a poll's answer besides its payload, at most: its other
-# fields with the longest key and group (200 characters of up to 4 bytes, a quote or
-# backslash escaped as 2), queue names and trace context come to ~3,800 bytes, and the
-# answer's own fields (its lock id) fit in the rest. tests/unit/test_rendering.py checks.
-POLL_MESSAGE_ENVELOPE_BYTES = 4096
+# What one message adds to a poll's answer besides its payload and trace context, at most:
+# its other fields with the longest key and group (200 characters of 4 bytes each) and
+# queue names come to ~2,200 bytes, and the answer's own fields (its lock id) fit in the
+# rest. Its trace context adds at most trace.RENDERED_PER_STORED bytes per stored character.
+POLL_MESSAGE_ENVELOPE_BYTES = 2304
 # The longest a poll waits for a message (its `wait`): a message due later than this from
 # now cannot end any wait early.
 MAX_WAIT_SECONDS = 20

@@ -20,6 +20,12 @@ MAX_TRACESTATE = 512
 MAX_TRACESTATE_MEMBERS = 32
 # Between the two in the stored column: neither header can hold a newline.
 _SEPARATOR = "\n"
+# What a message's trace context adds to its JSON (app/domain/rendering.py) over the
+# `null` of one without, at most, per character of its stored form: all of it is ASCII,
+# only a tracestate value's `"` and `\` are escaped (as 2 bytes), and the object's own
+# keys and quotes (30 bytes more) are fewer than a traceparent's 55 characters. A poll
+# counts it so (app/storage/claims.py); tests/unit/test_rendering.py renders the widest.
+RENDERED_PER_STORED = 2
 
 # version-traceid-parentid-flags, lowercase hex; any version but ff.
 _TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.sql import Select
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES
+from app.domain.trace import RENDERED_PER_STORED
 from app.storage.connection import Connection
 from app.storage.statements.leases import PAYLOAD_READ_BYTES
 
@@ -56,7 +57,16 @@ class ClaimedRow:
         at most: its payload and the fields around it, or nothing when it is not delivered."""
         if not self.delivered(max_deliveries):
             return 0
-        return self.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
+        return message_bytes(self.payload_bytes, self.trace)
+
+
+def message_bytes(payload_bytes: int, trace: str | None) -> int:
+    """What a message adds to a poll's answer (or a list's page), at most, by its payload's
+    length and its stored trace context: the payload, the fields around it
+    (POLL_MESSAGE_ENVELOPE_BYTES) and the trace context's rendering. The PostgreSQL
+    dialect says the same in SQL."""
+    traced = 0 if trace is None else RENDERED_PER_STORED * len(trace)
+    return payload_bytes + traced + POLL_MESSAGE_ENVELOPE_BYTES
 
 
 def answer_length(sizes: Sequence[int], max_bytes: int) -> int:

@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy.sql import Select
 
-from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES as MESSAGE_ENVELOPE_BYTES
 from app.domain.messages import Finish
 from app.domain.pages import (
     DuePosition,
@@ -72,7 +71,7 @@ class SqlLists:
         rows = await self.runner.rows(statement, parameters)
         more = len(rows) > limit
         rows = rows[:limit]
-        sizes = [row.payload_bytes + MESSAGE_ENVELOPE_BYTES for row in rows]
+        sizes = [claims.message_bytes(row.payload_bytes, row.trace) for row in rows]
         fitting = claims.answer_length(sizes, _UNBOUNDED if max_bytes is None else max_bytes)
         more = more or fitting < len(rows)
         rows = rows[:fitting]

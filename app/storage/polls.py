@@ -57,9 +57,9 @@ class Polls:
         clock: Callable[[], int] | None = None,
     ) -> Claim:
         """Lease up to `limit` due messages to `lock_id`, highest priority first, then
-        oldest due (then lowest id), while their payloads with
-        POLL_MESSAGE_ENVELOPE_BYTES each fit in `max_bytes` (the first always; None: no
-        bound). Messages left out are not touched.
+        oldest due (then lowest id), while what they add to the answer
+        (claims.message_bytes) fits in `max_bytes` (the first always; None: no bound).
+        Messages left out are not touched.
 
         With a delivery limit in `settings`, a due message already delivered that
         often goes to the dead-letter queue instead (see leases' claim_values in app/storage/statements).

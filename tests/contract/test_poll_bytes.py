@@ -1,9 +1,10 @@
 """A poll's answer is bounded in bytes (HOURGLASS_MAX_POLL_BYTES), on every database.
 
 A poll takes due messages oldest first while their payloads, with
-POLL_MESSAGE_ENVELOPE_BYTES each, fit in the bound; the first always, whatever
-its size. What it leaves is not touched: not leased, not counted as delivered,
-due when it was, and delivered (as a first delivery) by the next poll.
+POLL_MESSAGE_ENVELOPE_BYTES each and their trace contexts by their stored length, fit
+in the bound; the first always, whatever its size. What it leaves is not touched: not
+leased, not counted as delivered, due when it was, and delivered (as a first delivery)
+by the next poll.
 """
 
 from __future__ import annotations
@@ -94,6 +95,43 @@ def test_max_still_bounds_a_poll_within_the_bytes(bounded, clock):
     clock.advance(60)
     assert keys_of(poll(bounded, "q", max=2)) == ["k0", "k1"]
     assert keys_of(poll(bounded, "q", max=2)) == ["k2"]
+
+
+# A trace context with a tracestate that JSON escapes in part, as stored (app/domain/trace.py).
+TRACE = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "tracestate": 'k=say "hi" \\o/',
+}
+STORED_TRACE = TRACE["traceparent"] + "\n" + TRACE["tracestate"]
+
+
+@pytest.mark.parametrize(("slack", "taken"), [(0, 4), (-1, 3)])
+def test_a_traced_message_counts_its_trace_context_by_its_stored_length(
+    clean_database, clock, slack, taken
+):
+    # Four traced messages of TEXT fill the bound exactly, each counted with its trace
+    # context (claims.message_bytes); a byte less and the fourth waits for the next poll.
+    counted = claims.message_bytes(len(TEXT) + 2, STORED_TRACE)
+    assert counted > COUNTED
+    settings = clean_database.settings(max_poll_bytes=4 * counted + slack)
+    with TestClient(create_app(settings, clock=clock)) as client:
+        for index in range(5):
+            offered = client.put(
+                f"/v1/queues/q/messages/k{index}",
+                json={"payload": TEXT, "delay": index},
+                headers=TRACE,
+            )
+            assert offered.status_code == 201, offered.text
+        clock.advance(60)
+        response = client.post("/v1/queues/q/poll", json={"max": 1000})
+        assert response.status_code == 200
+        assert len(response.content) <= 4 * counted + slack
+        polled = response.json()
+        assert keys_of(polled) == [f"k{index}" for index in range(taken)]
+        assert {message["trace"]["tracestate"] for message in polled["messages"]} == {
+            TRACE["tracestate"]
+        }
+        assert keys_of(poll(client, "q", max=1000)) == [f"k{index}" for index in range(taken, 5)]
 
 
 def test_a_message_to_dead_letter_takes_no_room_in_the_answer(store):

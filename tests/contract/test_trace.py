@@ -2,8 +2,8 @@
 `traceparent` and `tracestate` headers stored with the message (single, update-only,
 generated key, batch: the batch's on every item), shown by polls, reads and lists; a
 malformed header ignored, never an error; an update's trace replacing the stored one, an
-ignored re-offer's leaving it; cron runs without one; dead letters and redrives keeping it.
-Push sends it as headers: tests/contract/test_push.py."""
+ignored re-offer's leaving it (a batch's too); cron runs without one; dead letters and
+redrives keeping it. Push sends it as headers: tests/contract/test_push.py."""
 
 from __future__ import annotations
 
@@ -139,6 +139,57 @@ def test_an_update_replaces_it_and_an_ignored_re_offer_keeps_it(client, database
     )
     assert batch.json()["updated"] == 1
     assert stored_trace(database, "k") == f"{PARENT}\n{STATE}"
+
+
+def batch(client, items: dict[str, object], headers: dict[str, str]) -> dict:
+    messages = [{"key": key, "payload": payload} for key, payload in items.items()]
+    response = client.post("/v1/queues/q/batch", json={"messages": messages}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def outcomes(answer: dict) -> dict[str, str]:
+    return {result["key"]: result["outcome"] for result in answer["results"]}
+
+
+def test_a_batch_re_offer_identical_but_for_its_trace_is_ignored(client, database):
+    assert batch(client, {"a": 1, "b": {"n": 2}}, TRACED)["created"] == 2
+    before = stored_rows(database.url)
+    # Another trace, a tracestate alone changed, or none: the same messages, nothing written.
+    for headers in (
+        {"traceparent": OTHER_PARENT},
+        {"traceparent": PARENT, "tracestate": "rojo=1"},
+        {},
+    ):
+        answer = batch(client, {"a": 1, "b": {"n": 2}}, headers)
+        assert outcomes(answer) == {"a": "ignored", "b": "ignored"}
+        assert (answer["created"], answer["updated"], answer["ignored"]) == (0, 0, 2)
+    assert stored_rows(database.url) == before
+    assert stored_trace(database, "a") == stored_trace(database, "b") == f"{PARENT}\n{STATE}"
+
+
+def test_a_batch_that_changes_a_message_gives_it_the_batchs_trace(client, database):
+    assert batch(client, {"a": 1, "b": 2}, TRACED)["created"] == 2
+    assert put(client, "q", "plain", 3).status_code == 201
+    # A changed payload takes the batch's trace; an unchanged item in the same batch
+    # keeps its own, and a new one is created with the batch's.
+    answer = batch(client, {"a": 10, "b": 2, "plain": 30, "new": 4}, {"traceparent": OTHER_PARENT})
+    assert outcomes(answer) == {
+        "a": "updated",
+        "b": "ignored",
+        "plain": "updated",
+        "new": "created",
+    }
+    assert stored_trace(database, "a") == OTHER_PARENT
+    assert stored_trace(database, "b") == f"{PARENT}\n{STATE}"
+    assert stored_trace(database, "plain") == OTHER_PARENT
+    assert stored_trace(database, "new") == OTHER_PARENT
+    # A batch without trace context that changes them leaves them none.
+    answer = batch(client, {"a": 11, "b": 20}, {})
+    assert outcomes(answer) == {"a": "updated", "b": "updated"}
+    assert stored_trace(database, "a") is None and stored_trace(database, "b") is None
+    assert read(client, "a")["trace"] is None
+    assert read(client, "new")["trace"] == {"traceparent": OTHER_PARENT, "tracestate": None}
 
 
 def test_cron_runs_carry_none(client, database):

@@ -346,8 +346,10 @@ def test_revision_0014_down_keeps_the_group_triggers_and_the_poll_index_and_drop
 
 def test_revision_0015_adds_trace_in_place_and_keeps_messages_both_ways(empty_database_url):
     # Existing messages read as carrying no trace; PostgreSQL adds the column without
-    # rewriting the table (its file stays the same); down again, SQLite keeps its triggers
-    # and indexes as they were (its own DROP COLUMN), and the message stays.
+    # rewriting the table (its file stays the same), MariaDB instantly (InnoDB's table id
+    # stays the same: a rebuild, in place or by copy, makes a new table); down again,
+    # SQLite keeps its triggers and indexes as they were (its own DROP COLUMN), and the
+    # message stays.
     config = alembic_config(empty_database_url)
     command.upgrade(config, "0014")
     engine = create_engine(empty_database_url)
@@ -366,12 +368,17 @@ def test_revision_0015_adds_trace_in_place_and_keeps_messages_both_ways(empty_da
             )
 
     def table_file() -> int | None:
-        if engine.dialect.name != "postgresql":
+        queries = {
+            "postgresql": "SELECT relfilenode FROM pg_class WHERE relname = 'delayed_queue'",
+            "mariadb": "SELECT table_id FROM information_schema.innodb_sys_tables"
+            " WHERE name = CONCAT(DATABASE(), '/delayed_queue')",
+        }
+        if engine.dialect.name not in queries:
             return None
         with engine.connect() as connection:
-            return connection.execute(
-                text("SELECT relfilenode FROM pg_class WHERE relname = 'delayed_queue'")
-            ).scalar()
+            found = connection.execute(text(queries[engine.dialect.name])).scalar_one()
+        assert found is not None
+        return found
 
     try:
         with engine.begin() as connection:

@@ -37,7 +37,6 @@ from app.api.schemas.messages import (
     Trace as TraceModel,
 )
 from app.domain.messages import (
-    POLL_MESSAGE_ENVELOPE_BYTES,
     Delivery,
     KeyedOutcome,
     Lease,
@@ -48,6 +47,7 @@ from app.domain.messages import (
 )
 from app.domain.payloads import encode_payload
 from app.domain.trace import MAX_TRACEPARENT, MAX_TRACESTATE, Trace, trace_of
+from app.storage.claims import message_bytes
 
 PAYLOADS = [
     None,
@@ -284,12 +284,19 @@ WIDEST_TRACE = trace_of(
 assert WIDEST_TRACE is not None and WIDEST_TRACE.tracestate is not None
 assert len(WIDEST_TRACE.traceparent) == MAX_TRACEPARENT
 assert len(WIDEST_TRACE.tracestate) == MAX_TRACESTATE
+# Wide for its stored length: version 00's traceparent, a tracestate of quotes.
+ESCAPED_TRACE = trace_of(
+    ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"],
+    ["a=" + '"' * 254, "b=" + '"' * (MAX_TRACESTATE - 256 - 3)],
+)
+assert ESCAPED_TRACE is not None and ESCAPED_TRACE.tracestate is not None
+assert len(ESCAPED_TRACE.tracestate) == MAX_TRACESTATE
 
 
-def _widest_lease(payloads: list[bytes]) -> Lease:
+def _widest_lease(payloads: list[bytes], trace: Trace | None = WIDEST_TRACE) -> Lease:
     """Messages whose fields around the payload are as wide as the API allows: the
     longest queue names, key and group, in characters of 4 bytes, deliveries past 2**31,
-    the widest trace context."""
+    and `trace` (the widest trace context unless told)."""
     key = "\U0001f600" * 199 + '"'
     queue = "q" * 100
     return Lease(
@@ -310,7 +317,7 @@ def _widest_lease(payloads: list[bytes]) -> Lease:
                     group=key,
                     expires_at=253_402_300_799_999,
                     expired=True,
-                    trace=WIDEST_TRACE,
+                    trace=trace,
                 ),
                 redelivery=True,
             )
@@ -319,13 +326,26 @@ def _widest_lease(payloads: list[bytes]) -> Lease:
     )
 
 
+@pytest.mark.parametrize(
+    "trace",
+    [
+        None,
+        WIDEST_TRACE,
+        ESCAPED_TRACE,
+        Trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        Trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b"),
+    ],
+    ids=["untraced", "widest", "escaped", "traceparent", "short tracestate"],
+)
 @pytest.mark.parametrize("count", [1, 2, 1000])
-def test_a_poll_answer_is_within_its_payloads_and_an_envelope_per_message(count):
-    # The store cuts a poll by this count (claims.ClaimedRow.answer_bytes) before any
-    # payload is read: the rendered answer must never be larger.
+def test_a_poll_answer_is_within_what_the_store_counts_for_its_messages(count, trace):
+    # The store cuts a poll by this count (claims.message_bytes: the payload, an envelope,
+    # and the trace context by its stored length) before any payload is read: the
+    # rendered answer must never be larger.
     payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
-    body = _poll_answer(_widest_lease(payloads))
-    assert len(body) <= sum(map(len, payloads)) + count * POLL_MESSAGE_ENVELOPE_BYTES
+    body = _poll_answer(_widest_lease(payloads, trace))
+    stored = None if trace is None else trace.stored()
+    assert len(body) <= sum(message_bytes(len(payload), stored) for payload in payloads)
 
 
 def test_a_large_poll_answer_is_streamed_with_its_length():

@@ -14,6 +14,7 @@ from sqlalchemy import (
     column,
     delete,
     func,
+    literal_column,
     null,
     select,
     true,
@@ -21,10 +22,11 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy import insert as insert_into
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.dml import Update
 
 from app.domain.messages import POLL_MESSAGE_ENVELOPE_BYTES, PRIORITIES, Finish
+from app.domain.trace import RENDERED_PER_STORED
 from app.storage.dialects.postgresql.common import any_of, ids, keys_in_queue, unnested
 from app.storage.statements.common import (
     HISTORY_COLUMNS,
@@ -69,29 +71,39 @@ from app.storage.tables import delivery_history
 _PRIORITIES = values(column("priority", SmallInteger), name="priorities", literal_binds=True).data(
     [(priority,) for priority in PRIORITIES]
 )
-_PRIORITY_CANDIDATES = (
-    select(
-        columns.id,
-        columns.priority,
-        columns.scheduledAt.label("previous_scheduled_at"),
-        columns.lockUuid.label("previous_lock_id"),
-        columns.deliveries.label("previous_deliveries"),
-        columns.firstDeliveredAt.label("previous_first_delivered_at"),
-        columns.lastDeliveredAt.label("previous_last_delivered_at"),
-        func.length(columns.payload).label("payload_bytes"),
+
+
+def _priority_candidates(traced: bool) -> Select:
+    """The due rows of one priority, locked: their ids, what the poll sets as it was, the
+    length of their payloads, and with `traced` what their trace context adds to the answer
+    (claims.message_bytes: a poll of many counts it, a poll of one need not)."""
+    trace_bytes: ColumnElement[int] = literal_column(str(RENDERED_PER_STORED)) * func.coalesce(
+        func.length(columns.trace), literal_column("0")
     )
-    .where(in_queue, columns.priority == _PRIORITIES.c.priority, is_due, not_expired)
-    .order_by(columns.scheduledAt, columns.id)
-    .limit(bindparam("limit"))
-    .with_for_update(skip_locked=True)
-    .lateral("candidates")
-)
+    return (
+        select(
+            columns.id,
+            columns.priority,
+            columns.scheduledAt.label("previous_scheduled_at"),
+            columns.lockUuid.label("previous_lock_id"),
+            columns.deliveries.label("previous_deliveries"),
+            columns.firstDeliveredAt.label("previous_first_delivered_at"),
+            columns.lastDeliveredAt.label("previous_last_delivered_at"),
+            func.length(columns.payload).label("payload_bytes"),
+            *((trace_bytes.label("trace_bytes"),) if traced else ()),
+        )
+        .where(in_queue, columns.priority == _PRIORITIES.c.priority, is_due, not_expired)
+        .order_by(columns.scheduledAt, columns.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
 
 
 def _claim(limited: bool, many: bool) -> Update:
+    candidates = _priority_candidates(traced=many).lateral("candidates")
     locked = (
-        select(*_PRIORITY_CANDIDATES.c)
-        .select_from(_PRIORITIES.join(_PRIORITY_CANDIDATES, true()))
+        select(*candidates.c)
+        .select_from(_PRIORITIES.join(candidates, true()))
         .limit(bindparam("limit"))
         .subquery("locked")
     )
@@ -99,7 +111,7 @@ def _claim(limited: bool, many: bool) -> Update:
     # A poll of one takes its message whatever its size: no sums (they cost its statement 15%).
     if many:
         # claims.ClaimedRow.answer_bytes: a row to dead-letter adds nothing to the answer.
-        size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES
+        size = locked.c.payload_bytes + POLL_MESSAGE_ENVELOPE_BYTES + locked.c.trace_bytes
         if limited:
             size = case((locked.c.previous_deliveries < bindparam("max_deliveries"), size), else_=0)
         # In the order the rows were locked, each row's sums up to and including itself
