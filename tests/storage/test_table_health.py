@@ -281,15 +281,25 @@ def test_an_open_transaction_holds_back_purge_on_mariadb(mariadb_store, mariadb_
             every=INNODB_VIEWS_EVERY_SECONDS,
         )
         # The page's query finds it, as an operator would (the server's other
-        # transactions, of other tests' databases, may show beside it).
+        # transactions, of other tests' databases, may show beside it; and the oldest
+        # one the gauge saw above may be one of theirs, so ours may show a moment later).
         (transactions,) = _page_statements("test_an_open_transaction_holds_back_purge_on_mariadb")
         operator = create_engine(mariadb_url)
-        try:
+
+        def found_by_the_page() -> bool:
             with operator.connect() as connection:
                 found = connection.execute(text(transactions)).all()
+            return thread_id in [row.trx_mysql_thread_id for row in found]
+
+        try:
+            wait_until(
+                found_by_the_page,
+                TIMEOUT,
+                "the page's query to show the open transaction",
+                every=INNODB_VIEWS_EVERY_SECONDS,
+            )
         finally:
             operator.dispose()
-        assert thread_id in [row.trx_mysql_thread_id for row in found]
         _churn(mariadb_store, CHURNED)
         during = mariadb_store.table_health.read()
         # The read view keeps the undo log of every transaction committed after it (the

@@ -247,16 +247,7 @@ export class Client {
     options: Omit<ListOptions, "limit" | "cursor"> & { pageSize?: number } = {},
   ): AsyncGenerator<Message> {
     const { pageSize = 100, ...filters } = options;
-    let cursor: string | null = null;
-    do {
-      const page: Page<Message> = await this.listMessages(queue, {
-        ...filters,
-        limit: pageSize,
-        ...(cursor === null ? {} : { cursor }),
-      });
-      yield* page.items;
-      cursor = page.next;
-    } while (cursor !== null);
+    yield* pages((cursor) => this.listMessages(queue, { ...filters, limit: pageSize, ...cursor }));
   }
 
   history(queue: string, options?: HistoryOptions): Promise<Page<HistoryEntry>> {
@@ -269,16 +260,7 @@ export class Client {
     options: Omit<HistoryOptions, "limit" | "cursor"> & { pageSize?: number } = {},
   ): AsyncGenerator<HistoryEntry> {
     const { pageSize = 100, ...filters } = options;
-    let cursor: string | null = null;
-    do {
-      const page: Page<HistoryEntry> = await this.history(queue, {
-        ...filters,
-        limit: pageSize,
-        ...(cursor === null ? {} : { cursor }),
-      });
-      yield* page.items;
-      cursor = page.next;
-    } while (cursor !== null);
+    yield* pages((cursor) => this.history(queue, { ...filters, limit: pageSize, ...cursor }));
   }
 
   // Polls and locks
@@ -411,4 +393,16 @@ function pause(seconds: number, signal: AbortSignal | undefined): Promise<void> 
     }, seconds * 1000);
     signal?.addEventListener("abort", aborted, { once: true });
   });
+}
+
+/** Every item of a paged list: `read` asked for each page, with the last page's cursor. */
+async function* pages<Item>(
+  read: (cursor: { cursor?: string }) => Promise<Page<Item>>,
+): AsyncGenerator<Item> {
+  let cursor: string | null = null;
+  do {
+    const page: Page<Item> = await read(cursor === null ? {} : { cursor });
+    yield* page.items;
+    cursor = page.next;
+  } while (cursor !== null);
 }
