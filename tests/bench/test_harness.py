@@ -191,6 +191,22 @@ def test_the_worker_benchmark_drains_every_variant_and_reports_each():
         assert "poll" in row[-1] and "ack" in row[-1]  # requests by route
 
 
+def test_the_tracing_cost_benchmark_reports_each_message_kind():
+    """`python -m bench.tracing_cost --quick --calls`: a row per kind of message, each with
+    its cost a message (not checked) and its calls."""
+    printed = _bench("tracing_cost", "--calls")
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
+    assert [row[0].lstrip("| ") for row in rows] == [
+        "off",
+        "untraced",
+        "traced",
+        "traced, tracestate",
+    ]
+    for row in rows:
+        assert float(row[1].split()[0]) > 0  # µs a message, Worker's path
+        assert all(float(calls) > 0 for calls in row[-1].rstrip(" |").split(" / "))
+
+
 @pytest.mark.postgresql_only
 def test_the_push_benchmark_reports_lateness_on_one_and_two_replicas_and_throughput():
     """`python -m bench.push --quick`: every figure there, each a number (not checked)."""
