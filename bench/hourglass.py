@@ -271,11 +271,17 @@ class ServiceWorker:
         body = b'{"payload":' + payload + b"}"
         await self.http.json("PUT", self._messages + quote(key, safe=""), body, expect=(201,))
 
-    async def offer_batch(self, keys: Sequence[str], payload: bytes) -> None:
+    async def offer_batch(
+        self, keys: Sequence[str], payload: bytes, traceparent: str | None = None
+    ) -> None:
+        """Offer `keys` in one batch; with `traceparent`, each is stored with that trace."""
         items = b",".join(
             b'{"key":' + json.dumps(key).encode() + b',"payload":' + payload + b"}" for key in keys
         )
-        await self.http.json("POST", f"/v1/queues/{QUEUE}/batch", b'{"messages":[' + items + b"]}")
+        headers = b"" if traceparent is None else f"traceparent: {traceparent}\r\n".encode()
+        await self.http.json(
+            "POST", f"/v1/queues/{QUEUE}/batch", b'{"messages":[' + items + b"]}", headers=headers
+        )
 
     async def take(self, limit: int, wait: float = 0) -> Taken:
         body: dict[str, Any] = {"max": limit, "wait": wait, "lease": self.lease}

@@ -27,24 +27,34 @@ class Connection:
         self._host_header = f"Host: {host}:{port}\r\n".encode()
 
     async def request(
-        self, method: str, path: str, body: bytes | None = None, timeout: float = 60.0
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: float = 60.0,
+        headers: bytes = b"",
     ) -> tuple[int, bytes]:
-        """Send one request; its status and body."""
+        """Send one request (with `headers`, each line ending in CRLF); its status and body."""
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         assert self._reader is not None
-        head = f"{method} {path} HTTP/1.1\r\n".encode() + self._host_header
+        head = f"{method} {path} HTTP/1.1\r\n".encode() + self._host_header + headers
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         self._writer.write(head + b"\r\n" + (body or b""))
         return await asyncio.wait_for(self._response(), timeout)
 
     async def json(
-        self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        expect: tuple[int, ...] = (200,),
+        headers: bytes = b"",
     ) -> Any:
         """Send `body` as JSON (bytes are sent as they are); the decoded answer."""
         raw = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        status, answer = await self.request(method, path, raw)
+        status, answer = await self.request(method, path, raw, headers=headers)
         if status not in expect:
             raise HttpError(f"{method} {path}: {status} {answer[:300]!r}")
         return json.loads(answer) if answer else None

@@ -23,7 +23,10 @@ runs VACUUM ANALYZE, then drains it in a client process of its own
 The workers trace (a consumer span per handler) whenever opentelemetry-api is
 importable, which the header line says; no SDK is configured, so the spans are the
 API's no-op ones. `--tracing` runs each worker twice a round, with `tracing=False` and
-with tracing, to read what the spans cost (docs/guide/workers.md, "Tracing").
+with tracing, to read what the spans cost (docs/guide/workers.md, "Tracing"); its
+batch offers then each send a `traceparent` of their own, so every message of every
+drain (raw ones too) carries a trace, which each handler's span reads for its parent,
+as the header line says. Without `--tracing` the messages carry none.
 
 Equal concurrency: on both sides at most P×M messages are asked for or being
 handled at once. The raw pollers ask for M each and hold them until their
@@ -47,6 +50,7 @@ import asyncio
 import importlib.metadata
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -152,8 +156,10 @@ class Drain:
 # -- one measurement ---------------------------------------------------------------------
 
 
-async def refill(dsn: str, server: Server, messages: int, tag: str) -> None:
-    """Empty and vacuum the queue, then offer `messages` ready ones in batches over HTTP."""
+async def refill(dsn: str, server: Server, messages: int, tag: str, traced: bool) -> None:
+    """Empty and vacuum the queue, then offer `messages` ready ones in batches over HTTP,
+    each batch with a `traceparent` of its own if `traced` (the service stores it with
+    each of the batch's messages)."""
     table = _HourglassTable(dsn)
     await table.clear()
     connections = [ServiceWorker(Connection("127.0.0.1", server.port)) for _ in range(2)]
@@ -162,12 +168,25 @@ async def refill(dsn: str, server: Server, messages: int, tag: str) -> None:
     async def offer(worker: ServiceWorker) -> None:
         for start in batches:
             keys = [f"{tag}-{n}" for n in range(start, min(start + BATCH, messages))]
-            await worker.offer_batch(keys, PAYLOAD)
+            await worker.offer_batch(keys, PAYLOAD, traceparent() if traced else None)
 
     await asyncio.gather(*(offer(worker) for worker in connections))
     await asyncio.gather(*(worker.close() for worker in connections))
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        if traced:  # the service kept each batch's trace with every message
+            cursor = await connection.execute(
+                'SELECT count(*) FROM delayed_queue WHERE "pKind" = %s AND trace IS NOT NULL',
+                (QUEUE,),
+            )
+            kept = await cursor.fetchone()
+            if kept is None or kept[0] != messages:
+                raise RuntimeError(f"{kept} of {messages} messages stored with a trace")
         await connection.execute("VACUUM ANALYZE delayed_queue")
+
+
+def traceparent() -> str:
+    """A sampled producer span's W3C traceparent, its ids random."""
+    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
 
 
 def drain_in_child(variant: str, server: Server, plan: Plan, messages: int) -> Drain:
@@ -272,12 +291,12 @@ def measure(dsn: str, server: Server, plan: Plan) -> list[list[Drain]]:
     with asyncio.Runner() as runner:
         if plan.warm_up:
             for variant in plan.variants:
-                runner.run(refill(dsn, server, plan.warm_up, f"warm-{variant}"))
+                runner.run(refill(dsn, server, plan.warm_up, f"warm-{variant}", plan.tracing))
                 drain_in_child(variant, server, plan, plan.warm_up)
         for number in range(plan.rounds):
             drains = []
             for variant, name in plan.variants.items():
-                runner.run(refill(dsn, server, plan.messages, f"r{number}-{variant}"))
+                runner.run(refill(dsn, server, plan.messages, f"r{number}-{variant}", plan.tracing))
                 drain = drain_in_child(variant, server, plan, plan.messages)
                 check_drained(dsn, plan.messages)
                 print(
@@ -406,6 +425,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{plan.messages:,} messages a drain, {plan.rounds} round(s); raw: {plan.pollers} "
         f"pollers × max={plan.max}; workers: concurrency {plan.concurrency}, "
         f"{_opentelemetry()}; "
+        + (
+            "every message with a traceparent (each batch offered with its own); "
+            if plan.tracing
+            else "messages without a trace; "
+        )
         + (
             ""
             if TYPESCRIPT_BUILT

@@ -172,23 +172,49 @@ def test_the_list_benchmark_times_every_page_and_explains_every_statement(server
 
 @pytest.mark.postgresql_only
 def test_the_worker_benchmark_drains_every_variant_and_reports_each():
-    """`python -m bench.worker --quick`: a row per drain, each with its figures (not checked)."""
+    """`python -m bench.worker --quick --tracing`: a row per drain, each with its figures
+    (not checked), and each worker's tracing on against off, on messages that each carry a
+    trace (bench/worker.py fails unless each was stored with one)."""
     with scratch_database("postgresql", "bench") as url:
         plain_url = url.replace("postgresql+psycopg://", "postgresql://", 1)
-        printed = _bench("worker", "--database-url", plain_url)
+        printed = _bench("worker", "--tracing", "--database-url", plain_url)
     rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
     assert [row[0].lstrip("| ") for row in rows] == [
         "raw drain, whole-lock acks",
         "raw drain, per-key acks",
-        "AsyncWorker, per-key acks",
-        "Worker (threads), per-key acks",
+        "AsyncWorker, per-key acks, tracing off",
+        "AsyncWorker, per-key acks, tracing on",
+        "Worker (threads), per-key acks, tracing off",
+        "Worker (threads), per-key acks, tracing on",
         # Left out, and said so, where the TypeScript client is not built (.ci/run builds it).
         *(["TypeScript Worker (Node), per-key acks"] if TYPESCRIPT_BUILT else []),
     ]
     assert ("TypeScript worker left out" in printed) is not TYPESCRIPT_BUILT
+    assert "every message with a traceparent" in printed
     for row in rows:
         assert float(row[1].replace(",", "")) > 0  # msg/s
         assert "poll" in row[-1] and "ack" in row[-1]  # requests by route
+    costs = [line for line in printed.splitlines() if "tracing on / off" in line]
+    assert [line.split(":")[0] for line in costs] == [
+        "- AsyncWorker, per-key acks",
+        "- Worker (threads), per-key acks",
+    ]
+
+
+def test_the_tracing_cost_benchmark_reports_each_message_kind():
+    """`python -m bench.tracing_cost --quick --calls`: a row per kind of message, each with
+    its cost a message (not checked) and its calls."""
+    printed = _bench("tracing_cost", "--calls")
+    rows = [line.split(" | ") for line in printed.splitlines() if line.startswith("| ")][1:]
+    assert [row[0].lstrip("| ") for row in rows] == [
+        "off",
+        "untraced",
+        "traced",
+        "traced, tracestate",
+    ]
+    for row in rows:
+        assert float(row[1].split()[0]) > 0  # µs a message, Worker's path
+        assert all(float(calls) > 0 for calls in row[-1].rstrip(" |").split(" / "))
 
 
 @pytest.mark.postgresql_only

@@ -15,6 +15,7 @@ class Api:
 
     def __init__(self) -> None:
         from opentelemetry import context, trace
+        from opentelemetry.trace import span
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.attach = context.attach
@@ -30,6 +31,20 @@ class Api:
         # W3C's own propagator, not the globally configured one: the service stores W3C
         # headers only.
         self.propagator = TraceContextTextMapPropagator()
+        # A message's producer span, made without the propagator (worker/_tracing.py).
+        self.span_context = trace.SpanContext
+        self.non_recording_span = trace.NonRecordingSpan
+        self.invalid_span = trace.INVALID_SPAN
+        self.trace_flags = {f"{flags:02x}": trace.TraceFlags(flags) for flags in range(256)}
+        self.trace_state = trace.TraceState.from_header
+        # The propagator's bound on a tracestate (a longer one is dropped, and logged).
+        self.max_tracestate = getattr(span, "_TRACECONTEXT_MAXIMUM_TRACESTATE_LENGTH", 512)
+        # What tells the API's no-op tracer: the global tracer provider's proxy tracer defers
+        # to the provider set globally, none while this is None (opentelemetry.trace's own
+        # global; None here when an API without it cannot tell).
+        self.trace_globals = trace if hasattr(trace, "_TRACER_PROVIDER") else None
+        self.proxy_tracer = trace.ProxyTracer
+        self.no_op_tracer = trace.NoOpTracer
 
 
 def imported() -> Api | None:
