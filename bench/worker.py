@@ -36,7 +36,8 @@ when its handler returns, so messages whose acknowledgement is on its way are no
 counted (as a real worker does). Every variant and the raw drain run on the stock
 asyncio event loop (the TypeScript worker on Node's), in a client process of their own
 (its CPU: `os.times`, or Node's `process.cpuUsage`). The variants alternate in
-that order round after round, so drift in the shared machine hits all alike; the
+that order round after round (with `--tracing`, every other round runs each worker
+traced first), so drift in the shared machine hits all alike; the
 figures are medians over rounds, and each ratio is to the raw drain. CPU per
 message: the client process (its own count), the server process and every
 PostgreSQL process (from /proc) over the drain; requests per 1,000 messages come
@@ -294,19 +295,31 @@ def measure(dsn: str, server: Server, plan: Plan) -> list[list[Drain]]:
                 runner.run(refill(dsn, server, plan.warm_up, f"warm-{variant}", plan.tracing))
                 drain_in_child(variant, server, plan, plan.warm_up)
         for number in range(plan.rounds):
-            drains = []
-            for variant, name in plan.variants.items():
+            by_variant = {}
+            for variant in _round_order(list(plan.variants), number):
                 runner.run(refill(dsn, server, plan.messages, f"r{number}-{variant}", plan.tracing))
                 drain = drain_in_child(variant, server, plan, plan.messages)
                 check_drained(dsn, plan.messages)
                 print(
-                    f"round {number + 1}, {name}: {drain.rate:,.0f} msg/s",
+                    f"round {number + 1}, {plan.variants[variant]}: {drain.rate:,.0f} msg/s",
                     file=sys.stderr,
                     flush=True,
                 )
-                drains.append(drain)
-            rounds.append(drains)
+                by_variant[variant] = drain
+            rounds.append([by_variant[variant] for variant in plan.variants])
     return rounds
+
+
+def _round_order(variants: list[str], number: int) -> list[str]:
+    """The order round `number` runs the variants in: every other round runs each worker
+    traced before untraced, so neither gains from its place in the round."""
+    if number % 2 == 0:
+        return variants
+    order = variants.copy()
+    for index, variant in enumerate(order[:-1]):
+        if variant.endswith(":off") and order[index + 1].endswith(":on"):
+            order[index], order[index + 1] = order[index + 1], variant
+    return order
 
 
 def report(rounds: list[list[Drain]], plan: Plan) -> str:
