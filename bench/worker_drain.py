@@ -96,11 +96,17 @@ async def _async_worker(
             handled.tick()
 
         worker = AsyncWorker(
-            client, QUEUE, handler, concurrency=concurrency, batch=batch, tracing=tracing
+            client, QUEUE, handler, concurrency=concurrency, batch=batch, **_tracing(tracing)
         )
         handled = _Handled(messages, worker.stop)
         await worker.run(handle_signals=False)
     return handled.total()
+
+
+def _tracing(tracing: bool) -> dict[str, bool]:
+    """The workers' `tracing` argument, given only to turn it off: a client from before
+    tracing (`--client`) takes none."""
+    return {} if tracing else {"tracing": False}
 
 
 def _thread_worker(
@@ -109,7 +115,7 @@ def _thread_worker(
     def handler(message: DeliveredMessage) -> None:
         handled.tick()
 
-    worker = Worker(url, QUEUE, handler, concurrency=concurrency, batch=batch, tracing=tracing)
+    worker = Worker(url, QUEUE, handler, concurrency=concurrency, batch=batch, **_tracing(tracing))
     handled = _Handled(messages, worker.stop)
     worker.run(handle_signals=False)
     return handled.total()
