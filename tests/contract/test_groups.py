@@ -98,17 +98,21 @@ def test_a_released_message_keeps_its_place_only_while_it_is_the_earliest_due(cl
 def test_a_message_that_leaves_frees_its_place(client, clock, how):
     offer(client, "a1", "a", START_MS - 2)
     offer(client, "a2", "a", START_MS - 1)
+    delivered = []
     if how == "delete":
         assert client.delete("/v1/queues/q/messages/a1").status_code == 204
     else:
         configure(client, max_deliveries=1)
         assert keys_of(poll(client, "q", lease=1)) == ["a1"]
         clock.advance(2)
-        assert keys_of(poll(client, "q")) == []  # a1 goes to q.dead
+        # a1 goes to q.dead; its place is free at once, so the same poll may already
+        # take a2 (when the groups' keeper has moved it up in between) or not.
+        delivered = keys_of(poll(client, "q"))
+        assert delivered in ([], ["a2"])
         dead = client.get("/v1/queues/q.dead/messages/a1").json()
         assert dead["group"] == "a"
     settle(client)
-    assert keys_of(poll(client, "q", max=10)) == ["a2"]
+    assert delivered + keys_of(poll(client, "q", max=10)) == ["a2"]
 
 
 def test_an_earlier_message_offered_later_goes_first(client):
