@@ -3,7 +3,8 @@ that offered it, read and checked (Trace Context level 1), and as the database s
 (docs/decisions/0029-trace-context.md).
 
 A malformed traceparent leaves the request without a trace (neither header kept); a
-malformed tracestate is dropped alone. Neither is an error: tracing never breaks an offer.
+malformed tracestate is dropped alone, and one too long is truncated as W3C says. None of
+it is an error: tracing never breaks an offer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ MAX_TRACEPARENT = 512
 MAX_TRACESTATE = 512
 # The most list-members a tracestate may carry.
 MAX_TRACESTATE_MEMBERS = 32
+# A tracestate over MAX_TRACESTATE loses its members longer than this first (W3C's
+# truncation), then members from its end, until it fits.
+LONG_TRACESTATE_MEMBER = 128
 # Between the two in the stored column: neither header can hold a newline.
 _SEPARATOR = "\n"
 # What a message's trace context adds to its JSON (app/domain/rendering.py) over the
@@ -107,7 +111,23 @@ def _tracestate(values: Sequence[str]) -> str | None:
     if not all(_MEMBER.fullmatch(member) for member in members):
         return None
     joined = ",".join(members)
-    return joined if len(joined) <= MAX_TRACESTATE else None
+    return joined if len(joined) <= MAX_TRACESTATE else _truncated(members)
+
+
+def _truncated(members: list[str]) -> str | None:
+    """A tracestate too long, cut as Trace Context says a vendor may: its members longer
+    than LONG_TRACESTATE_MEMBER removed first (the right-most first), then members from
+    its end, until it fits in MAX_TRACESTATE; None when nothing is left."""
+    kept = list(members)
+    size = len(",".join(kept))
+    for index in reversed(range(len(kept))):
+        if size <= MAX_TRACESTATE:
+            break
+        if len(kept[index]) > LONG_TRACESTATE_MEMBER:
+            size -= len(kept.pop(index)) + 1
+    while kept and size > MAX_TRACESTATE:
+        size -= len(kept.pop()) + 1
+    return ",".join(kept) or None
 
 
 def trace_of_headers(headers: Iterable[tuple[bytes, bytes]]) -> Trace | None:

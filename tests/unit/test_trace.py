@@ -118,7 +118,6 @@ def test_a_valid_tracestate_is_kept_with_its_traceparent(states, kept):
         ["k=" + "v" * 257],  # a value of at most 256
         ["good=1", "Bad=2"],  # one bad member drops it all
         [MOST_MEMBERS, "one=more"],  # too many
-        ["a=" + "v" * 256, "b=" + "v" * 256],  # longer than 512 once joined
     ],
 )
 def test_a_malformed_tracestate_is_dropped_alone(states):
@@ -129,6 +128,34 @@ def test_a_tracestate_at_its_bound_is_kept():
     state = "a=" + "v" * 254 + ",b=" + "v" * (MAX_TRACESTATE - 256 - 3)
     assert len(state) == MAX_TRACESTATE
     assert trace_of([PARENT], [state]) == Trace(PARENT, state)
+
+
+def _member(key: str, length: int) -> str:
+    return f"{key}=" + "v" * (length - len(key) - 1)
+
+
+@pytest.mark.parametrize(
+    ("members", "kept"),
+    [
+        # The long member goes first, wherever it stands, before the short ones at the end.
+        (
+            ["a=1", _member("long", 250), "b=2", *(_member(key, 100) for key in "cde")],
+            ["a", "b", "c", "d", "e"],
+        ),
+        # The right-most long member first: removing it is enough.
+        (["a=1", _member("long", 255), "b=2", _member("c", 255)], ["a", "long", "b"]),
+        ([_member("x", 200), _member("y", 200), _member("z", 200)], ["x", "y"]),
+        (["a=" + "v" * 256, "b=" + "v" * 256], ["a"]),
+        # No member long: members go from the end.
+        ([_member(f"k{n}", 100) for n in range(6)], [f"k{n}" for n in range(5)]),
+    ],
+)
+def test_a_tracestate_too_long_is_truncated_as_w3c_says(members, kept):
+    assert len(",".join(members)) > MAX_TRACESTATE
+    trace = trace_of([PARENT], [",".join(members)])
+    assert trace is not None and trace.tracestate is not None
+    assert [member.split("=")[0] for member in trace.tracestate.split(",")] == kept
+    assert len(trace.tracestate) <= MAX_TRACESTATE
 
 
 def test_headers_are_read_in_one_pass():
