@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     # A poll stops adding messages before its answer would pass this size; the first
     # due message goes out whatever its size. 64 of the largest payloads by default,
-    # and 1000 messages of up to 14 KiB: only polls of large messages are cut, and a
+    # and 1000 untraced messages of up to 14 KiB: only polls of large messages are cut, and a
     # few of them at once cost the server tens of MiB (each ~1.1x its answer).
     max_poll_bytes: int = Field(16 * 1024 * 1024, ge=1)
     api_tokens: str = ""

@@ -16,6 +16,7 @@ from sqlalchemy.sql import Select
 
 from app.domain.messages import Finish
 from app.domain.pages import (
+    MAX_CURSOR_LENGTH,
     DuePosition,
     HistoryEntry,
     HistoryPage,
@@ -37,6 +38,9 @@ from app.storage.statements.leases import PAYLOAD_READ_BYTES
 _INLINE_BYTES = PAYLOAD_READ_BYTES
 # A page's bound in payload bytes when it has none.
 _UNBOUNDED = 2**62
+# What a page's answer holds besides its messages, at most: `{"messages":[…],"next":"…"}`
+# with the longest cursor. Its messages are counted as a poll's (claims.message_bytes).
+PAGE_ENVELOPE_BYTES = MAX_CURSOR_LENGTH + 32
 
 
 class SqlLists:
@@ -61,8 +65,8 @@ class SqlLists:
     ) -> MessagePage:
         """Up to `limit` messages after `after`: by due time then id, or with `prefix` (a
         key prefix, every character literal) by key; of one `group` only, when given. A
-        page stops early where its payloads would pass `max_bytes` (the first message
-        always)."""
+        page stops early where its answer, next cursor included, would pass `max_bytes`
+        (the first message always)."""
         by_key = bool(prefix)
         statement, parameters = self.messages_query(
             queue, state=state, prefix=prefix, group=group, after=after, limit=limit, now=now
@@ -72,7 +76,8 @@ class SqlLists:
         more = len(rows) > limit
         rows = rows[:limit]
         sizes = [claims.message_bytes(row.payload_bytes, row.trace) for row in rows]
-        fitting = claims.answer_length(sizes, _UNBOUNDED if max_bytes is None else max_bytes)
+        bound = _UNBOUNDED if max_bytes is None else max_bytes - PAGE_ENVELOPE_BYTES
+        fitting = claims.answer_length(sizes, bound)
         more = more or fitting < len(rows)
         rows = rows[:fitting]
         payloads = await self._payloads(queue, [row for row in rows if row.payload is None])

@@ -13,6 +13,7 @@ from app.api.rendering import (
     batch_response,
     extend_response,
     keyed_response,
+    message_list_response,
     message_response,
     offer_response,
     poll_response,
@@ -45,9 +46,11 @@ from app.domain.messages import (
     Outcome,
     State,
 )
+from app.domain.pages import KeyPosition, encode_cursor
 from app.domain.payloads import encode_payload
 from app.domain.trace import MAX_TRACEPARENT, MAX_TRACESTATE, Trace, trace_of
 from app.storage.claims import message_bytes
+from app.storage.lists import PAGE_ENVELOPE_BYTES
 
 PAYLOADS = [
     None,
@@ -346,6 +349,29 @@ def test_a_poll_answer_is_within_what_the_store_counts_for_its_messages(count, t
     body = _poll_answer(_widest_lease(payloads, trace))
     stored = None if trace is None else trace.stored()
     assert len(body) <= sum(message_bytes(len(payload), stored) for payload in payloads)
+
+
+@pytest.mark.parametrize(
+    "trace", [None, WIDEST_TRACE, ESCAPED_TRACE], ids=["untraced", "widest", "escaped"]
+)
+@pytest.mark.parametrize("count", [1, 2, 5, 1000])
+def test_a_list_page_is_within_what_the_store_counts_for_it(count, trace):
+    # A page is cut as a poll is (claims.message_bytes per message), less what its own
+    # envelope and the longest next cursor take (storage/lists.py): never larger.
+    payloads = [b'"' + b"p" * index + b'"' for index in range(count)]
+    lease = _widest_lease(payloads, trace)
+    cursor = encode_cursor(KeyPosition(lease.deliveries[-1].message.key))
+    response = message_list_response(
+        [(delivery.message, State.LEASED) for delivery in lease.deliveries], cursor
+    )
+    body = (
+        asyncio.run(_streamed(response))
+        if isinstance(response, StreamingResponse)
+        else response.body
+    )
+    stored = None if trace is None else trace.stored()
+    counted = sum(message_bytes(len(payload), stored) for payload in payloads)
+    assert len(body) <= PAGE_ENVELOPE_BYTES + counted
 
 
 def test_a_large_poll_answer_is_streamed_with_its_length():

@@ -357,11 +357,10 @@ export class Client {
 
 /**
  * A signal that aborts when any of `signals` does (with that one's reason), and `release`,
- * which stops listening to them: `AbortSignal.any` where the platform has it (Node 20.3
- * and later), else joined by hand.
+ * which stops listening to them. Joined by hand, not by `AbortSignal.any` (Node 20.3 and
+ * later): a caller's long-lived signal is let go of when each call ends, on every Node.
  */
 function anySignal(signals: readonly AbortSignal[]): { signal: AbortSignal; release(): void } {
-  if (typeof AbortSignal.any === "function") return { signal: AbortSignal.any([...signals]), release() {} };
   const joined = new AbortController();
   const first = signals.find((signal) => signal.aborted);
   if (first !== undefined) {

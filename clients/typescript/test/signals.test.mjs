@@ -1,7 +1,7 @@
-// A call's signals, with the platform's `AbortSignal.any` and with it hidden (Node before
-// 20.3 has none: the client then joins the caller's signal and the call's timeout by
-// hand): the caller's abort ends a call with its reason, the timeout with ConnectionFailed,
-// and a call that has ended leaves no listener on the caller's signal.
+// A call's signals, on a platform with `AbortSignal.any` and on one without (Node before
+// 20.3): the client joins the caller's signal and the call's timeout by hand on both, so
+// the caller's abort ends a call with its reason, the timeout with ConnectionFailed, and a
+// call that has ended leaves no listener on the caller's signal.
 import assert from "node:assert/strict";
 import { getEventListeners } from "node:events";
 import { after, before, describe, test } from "node:test";

@@ -70,7 +70,9 @@ class Consumer:
             "messaging.operation.name": OPERATION,
             "messaging.destination.name": queue,
         }
-        # The no-op tracer's span is its parent's (the producer's, else the invalid span):
+        # The no-op tracer's span is its parent's (the producer's, else the invalid span), as
+        # OpenTelemetry's specification asks (opentelemetry-api 1.20, the oldest the extra
+        # takes, gave the invalid span; this keeps the producer's context on every release):
         # always for the no-op tracer, and for the global provider's proxy tracer until a
         # provider is set globally (checked each message: one may be set while this runs),
         # opentelemetry.trace's `_TRACER_PROVIDER` (`_globals`, for a proxy tracer only).
