@@ -3,29 +3,23 @@
 // next poll or by key, what a poll brings as the worker stops given back unstarted, and a
 // poll refused for good stopping it.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { Client, Invalid, NotFound } from "hourglass-client";
 import { countdown, deferred, keyed, uniqueQueue, within } from "./support/helpers.mjs";
-import { databases, startServer } from "./support/server.mjs";
+import { databases, served } from "./support/server.mjs";
 import { recordingClient, running, watchingLogger } from "./support/worker.mjs";
 
 const ACKNOWLEDGED = /^debug acknowledged 1 message\(s\) of lock \S+ (on a poll|by key)$/;
 
 for (const database of databases()) {
   describe(`the worker's polls on ${database.name}`, { skip: database.skip }, () => {
-    let server;
-    let hourglass;
-    before(async () => {
-      server = await startServer(database.name);
-      hourglass = new Client(server.url);
-    });
-    after(() => server?.stop());
+    const live = served(database.name);
 
     test("polls ask for the free slots, and no more handlers run at once than the concurrency", async () => {
       const queue = uniqueQueue();
       const keys = Array.from({ length: 9 }, (_, index) => `m${index}`);
-      await hourglass.offerMany(queue, keyed(keys));
-      const recorded = recordingClient(server.url);
+      await live.hourglass.offerMany(queue, keyed(keys));
+      const recorded = recordingClient(live.url);
       const gates = new Map(keys.map((key) => [key, deferred()]));
       const three = countdown(3);
       const all = countdown(9);
@@ -43,7 +37,7 @@ for (const database of databases()) {
       }, { concurrency: 3, wait: 0, logger: watchingLogger().logger });
       await within(three.promise, "three handlers to start");
       // The worker holds no message it is not working on.
-      assert.equal((await hourglass.stats(queue)).leased, 3);
+      assert.equal((await live.hourglass.stats(queue)).leased, 3);
       assert.equal(most, 3);
       assert.ok(recorded.polls().every((body) => body.max >= 1 && body.max <= 2), JSON.stringify(recorded.polls()));
       for (const gate of gates.values()) gate.resolve();
@@ -51,14 +45,14 @@ for (const database of databases()) {
       await worker.stop();
       assert.equal(most, 3);
       assert.deepEqual([...handled].sort(), keys);
-      assert.equal((await hourglass.stats(queue)).messages, 0);
+      assert.equal((await live.hourglass.stats(queue)).messages, 0);
     });
 
     test("a drain acknowledges each message on the next poll, none by itself", async () => {
       const queue = uniqueQueue();
       const keys = ["m0", "m1", "m2", "m3", "m4"];
-      await hourglass.offerMany(queue, keyed(keys));
-      const recorded = recordingClient(server.url);
+      await live.hourglass.offerMany(queue, keyed(keys));
+      const recorded = recordingClient(live.url);
       const log = watchingLogger();
       const handled = [];
       const worker = running(recorded.client, queue, (message) => handled.push(message.key), {
@@ -71,18 +65,18 @@ for (const database of databases()) {
       assert.deepEqual(recorded.acksOnPolls().map((ack) => ack.keys), keys.map((key) => [key]));
       assert.deepEqual(recorded.acksByKey(), []);
       const finished = [];
-      for await (const entry of hourglass.iterHistory(queue)) finished.push([entry.key, entry.outcome]);
+      for await (const entry of live.hourglass.iterHistory(queue)) finished.push([entry.key, entry.outcome]);
       assert.deepEqual(finished.sort(), keys.map((key) => [key, "acknowledged"]));
     });
 
     test("an acknowledgement waits for no long poll: it goes by key", async () => {
       const queue = uniqueQueue();
-      await hourglass.offer(queue, "a", 1);
-      const recorded = recordingClient(server.url);
+      await live.hourglass.offer(queue, "a", 1);
+      const recorded = recordingClient(live.url);
       const log = watchingLogger();
       const worker = running(recorded.client, queue, () => {}, { concurrency: 1, wait: 20, logger: log.logger });
       await log.until(ACKNOWLEDGED);
-      await assert.rejects(hourglass.get(queue, "a"), NotFound);
+      await assert.rejects(live.hourglass.get(queue, "a"), NotFound);
       const stopping = performance.now();
       await worker.stop(); // cuts the waiting poll short
       // Under half the poll's wait, however loaded the machine.
@@ -95,9 +89,9 @@ for (const database of databases()) {
     test("a poll refused for acknowledging (an older service) turns to acknowledging by key", async () => {
       const queue = uniqueQueue();
       const keys = ["a", "b", "c"];
-      await hourglass.offerMany(queue, keyed(keys));
+      await live.hourglass.offerMany(queue, keyed(keys));
       let refused = 0;
-      const recorded = recordingClient(server.url, {
+      const recorded = recordingClient(live.url, {
         refuse(request) {
           if (request.route !== "poll" || !request.body.ack) return undefined;
           refused += 1;
@@ -113,15 +107,15 @@ for (const database of databases()) {
       assert.ok(log.matching(ACKNOWLEDGED).every((line) => line.endsWith("by key")));
       assert.deepEqual(recorded.acksByKey(), keys.map((key) => ({ keys: [key] })));
       const finished = [];
-      for await (const entry of hourglass.iterHistory(queue)) finished.push(entry.key);
+      for await (const entry of live.hourglass.iterHistory(queue)) finished.push(entry.key);
       assert.deepEqual(finished.sort(), keys);
     });
 
     test("a stop while a poll answers gives back what it did not start", async () => {
       const queue = uniqueQueue();
-      await hourglass.offerMany(queue, keyed(["a", "b"]));
+      await live.hourglass.offerMany(queue, keyed(["a", "b"]));
       let worker;
-      const recorded = recordingClient(server.url, {
+      const recorded = recordingClient(live.url, {
         answer(route, body) {
           if (route === "poll" && body.messages.length) worker.worker.stop(); // the stop comes as the answer does
           return body;
@@ -137,19 +131,19 @@ for (const database of databases()) {
       assert.deepEqual(handled, []);
       assert.equal(recorded.polls().length, 1);
       for (const key of ["a", "b"]) {
-        const message = await hourglass.get(queue, key);
+        const message = await live.hourglass.get(queue, key);
         assert.deepEqual([message.state, message.deliveries], ["ready", 1], key);
       }
       // Released due now: the next poll takes both.
-      const lease = await hourglass.poll(queue, { max: 10 });
+      const lease = await live.hourglass.poll(queue, { max: 10 });
       assert.deepEqual(lease.messages.map((message) => message.key).sort(), ["a", "b"]);
-      await hourglass.release(queue, lease.lock_id, { delay: 0 });
+      await live.hourglass.release(queue, lease.lock_id, { delay: 0 });
       assert.match(log.lines.at(-1), /worker stopped: 0 done, 0 failed, 0 retried, 2 released unstarted, 0 leases lost/);
     });
 
     test("a poll refused for good stops the worker with its error", async () => {
       const log = watchingLogger();
-      const worker = running(hourglass, "not a queue!", () => {}, { logger: log.logger });
+      const worker = running(live.hourglass, "not a queue!", () => {}, { logger: log.logger });
       const error = await within(worker.finished.catch((caught) => caught), "the worker to stop");
       assert.ok(error instanceof Invalid, String(error));
       assert.ok(log.matching(/^error poll failed: Invalid: 422/).length === 1, log.lines.join("\n"));
@@ -158,7 +152,7 @@ for (const database of databases()) {
 }
 
 test("settings outside their bounds are refused", () => {
-  const client = new Client("http://hourglass.test");
+  const client = new Client("http://live.hourglass.test");
   for (const options of [{ concurrency: 0 }, { concurrency: 1001 }, { batch: 11 }, { batch: 0 }, { lease: 0.5 }, { wait: 21 }]) {
     assert.throws(() => running(client, "q", () => {}, options), RangeError, JSON.stringify(options));
   }

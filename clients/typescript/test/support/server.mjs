@@ -8,7 +8,9 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { after, before } from "node:test";
 import { promisify } from "node:util";
+import { Client } from "hourglass-client";
 
 export const ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
 export const PACKAGE = fileURLToPath(new URL("../../", import.meta.url));
@@ -72,6 +74,21 @@ async function scratchPostgresql(purpose) {
   await run(PYTHON, ["-c", SCRATCH, base, name, "create"]);
   url.pathname = `/${name}`;
   return { url: url.toString(), drop: () => run(PYTHON, ["-c", SCRATCH, base, name, "drop"]) };
+}
+
+/**
+ * A live service for the suite this is called in: started before its tests and stopped
+ * after them. Its tests read `live.url` and `live.hourglass` (a Client of it).
+ */
+export function served(database, environment = {}) {
+  const live = { server: undefined, url: undefined, hourglass: undefined };
+  before(async () => {
+    live.server = await startServer(database, environment);
+    live.url = live.server.url;
+    live.hourglass = new Client(live.url);
+  });
+  after(() => live.server?.stop());
+  return live;
 }
 
 /**
