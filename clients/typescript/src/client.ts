@@ -145,6 +145,10 @@ export class Client {
       } catch (error) {
         throw this.#unanswered(call, error, false);
       }
+      // The caller's signal cuts a call short only until its answer begins: an answer under
+      // way is read whole (a poll's messages are claimed by then, and a caller that let
+      // go of them unread would leave them leased to a lock nobody knows).
+      if (call.signal) release(call.signal);
       if (!response.ok && !call.accept?.includes(response.status)) {
         throw await errorFrom(response);
       }
@@ -357,18 +361,22 @@ export class Client {
 
 /**
  * A signal that aborts when any of `signals` does (with that one's reason), and `release`,
- * which stops listening to them. Joined by hand, not by `AbortSignal.any` (Node 20.3 and
- * later): a caller's long-lived signal is let go of when each call ends, on every Node.
+ * which stops listening to them (to `only` that one, when given). Joined by hand, not by
+ * `AbortSignal.any` (Node 20.3 and later): a caller's long-lived signal is let go of when
+ * each call ends, on every Node.
  */
-function anySignal(signals: readonly AbortSignal[]): { signal: AbortSignal; release(): void } {
+function anySignal(signals: readonly AbortSignal[]): {
+  signal: AbortSignal;
+  release(only?: AbortSignal): void;
+} {
   const joined = new AbortController();
   const first = signals.find((signal) => signal.aborted);
   if (first !== undefined) {
     joined.abort(first.reason);
     return { signal: joined.signal, release() {} };
   }
-  const release = () => {
-    for (const signal of signals) signal.removeEventListener("abort", aborted);
+  const release = (only?: AbortSignal) => {
+    for (const signal of only === undefined ? signals : [only]) signal.removeEventListener("abort", aborted);
   };
   function aborted(this: AbortSignal) {
     release();

@@ -92,8 +92,9 @@ export type Ack = Schemas["PollAcknowledgement"];
 
 /**
  * A poll's fields (`Client.poll`): a `POST …/poll` body, its `ack` a lock id (all it
- * holds) or an `Ack`; `signal` aborts the poll (the service gives back what it claimed
- * for a caller that hung up).
+ * holds) or an `Ack`; `signal` aborts the poll while it waits (the service gives back
+ * what it claimed for a caller that hung up), not once its answer has begun: that is
+ * read whole.
  */
 export type PollOptions = Given<Omit<Schemas["PollRequest"], "ack">> & {
   ack?: string | Ack;

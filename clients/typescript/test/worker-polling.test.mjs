@@ -11,6 +11,24 @@ import { recordingClient, running, watchingLogger } from "./support/worker.mjs";
 
 const ACKNOWLEDGED = /^debug acknowledged 1 message\(s\) of lock \S+ (on a poll|by key)$/;
 
+/** `response` with a body that runs `interrupt()` before its first bytes are read. */
+function stoppingAsRead(response, interrupt) {
+  const reader = response.body.getReader();
+  let interrupted = false;
+  const body = new ReadableStream({
+    async pull(controller) {
+      if (!interrupted) {
+        interrupted = true;
+        await interrupt();
+      }
+      const { done, value } = await reader.read();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+  });
+  return new Response(body, { status: response.status, headers: response.headers });
+}
+
 for (const database of databases()) {
   describe(`the worker's polls on ${database.name}`, { skip: database.skip }, () => {
     const live = served(database.name);
@@ -138,6 +156,36 @@ for (const database of databases()) {
       const lease = await live.hourglass.poll(queue, { max: 10 });
       assert.deepEqual(lease.messages.map((message) => message.key).sort(), ["a", "b"]);
       await live.hourglass.release(queue, lease.lock_id, { delay: 0 });
+      assert.match(log.lines.at(-1), /worker stopped: 0 done, 0 failed, 0 retried, 2 released unstarted, 0 leases lost/);
+    });
+
+    test("a stop as a waiting poll's answer comes in reads it whole and gives back its messages", async () => {
+      const queue = uniqueQueue();
+      await live.hourglass.offerMany(queue, keyed(["a", "b"]));
+      let worker;
+      const recorded = recordingClient(live.url, {
+        // The stop comes once the answer has begun (the service has claimed), as its body
+        // is read: cutting the poll short now would leave both leased to a lost lock.
+        onAnswer(request, response) {
+          if (request.route !== "poll" || request.body.wait === 0) return undefined;
+          return stoppingAsRead(response, async () => {
+            worker.worker.stop();
+            for (let turn = 0; turn < 10; turn++) await new Promise(setImmediate); // its loop ends
+          });
+        },
+      });
+      const handled = [];
+      const log = watchingLogger();
+      worker = running(recorded.client, queue, (message) => handled.push(message.key), {
+        concurrency: 2, batch: 2, wait: 5, logger: log.logger,
+      });
+      await within(worker.finished, "the worker to stop");
+      assert.deepEqual(handled, []);
+      assert.deepEqual(recorded.polls().map((body) => body.wait), [5]);
+      for (const key of ["a", "b"]) {
+        const message = await live.hourglass.get(queue, key);
+        assert.deepEqual([message.state, message.deliveries], ["ready", 1], key);
+      }
       assert.match(log.lines.at(-1), /worker stopped: 0 done, 0 failed, 0 retried, 2 released unstarted, 0 leases lost/);
     });
 

@@ -240,8 +240,9 @@ export class Engine extends Settler {
     } finally {
       this.acknowledgeNow();
       // Stopping: the waiting poll is cut short (the service, seeing its caller gone, gives
-      // back what it claimed meanwhile); the others answer at once and are waited for (a
-      // poll that acknowledges answers at once). What they bring is given back, unstarted.
+      // back what it claimed meanwhile) unless its answer has begun, which is read whole;
+      // the others answer at once and are waited for (a poll that acknowledges answers at
+      // once). What they bring is given back, unstarted.
       for (const poll of polls) {
         if (poll.waits && poll.ack === null) poll.cut.abort(new Stopped("the worker stopped"));
       }

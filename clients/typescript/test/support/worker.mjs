@@ -7,9 +7,11 @@ import { WAIT, deferred, within } from "./helpers.mjs";
  * A client whose requests are recorded: `requests` holds each one's method, route (the
  * last segment of its path: "poll", "ack", "release", a lock id…) and JSON body.
  * `onRequest` is told of each; `refuse` may answer one instead of the service (a
- * Response), and `answer` rewrite an answer's JSON before the worker reads it.
+ * Response), `onAnswer` is told of each answer as it begins (its headers in, its body
+ * not yet read) and may hand the worker another Response instead, and `answer` may
+ * rewrite an answer's JSON before the worker reads it.
  */
-export function recordingClient(url, { answer, refuse, onRequest } = {}) {
+export function recordingClient(url, { answer, refuse, onRequest, onAnswer } = {}) {
   const requests = [];
   const fetch = async (target, init) => {
     const path = new URL(target).pathname;
@@ -20,7 +22,8 @@ export function recordingClient(url, { answer, refuse, onRequest } = {}) {
     onRequest?.(request);
     const refusal = refuse?.(request);
     if (refusal !== undefined) return refusal;
-    const response = await globalThis.fetch(target, init);
+    const fetched = await globalThis.fetch(target, init);
+    const response = onAnswer?.(request, fetched) ?? fetched;
     if (answer === undefined || !response.ok || response.status === 204) return response;
     const rewritten = answer(route, await response.json());
     return Response.json(rewritten, { status: response.status, headers: response.headers });
