@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import islice
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
@@ -16,8 +13,15 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 import httpx
 
 from hourglass_client import _operations as operations
-from hourglass_client import _tracing
-from hourglass_client.errors import ConnectionFailed, HourglassError, Unavailable, error_from
+from hourglass_client._options import (
+    DEFAULT_URL,
+    MAX_BATCH,
+    Options,
+    __version__,
+    connection_failed,
+)
+from hourglass_client.errors import HourglassError
+from hourglass_client.models.leases import Ack, Lease
 from hourglass_client.models.messages import (
     BatchResult,
     Finish,
@@ -27,102 +31,10 @@ from hourglass_client.models.messages import (
     Message,
     Offer,
 )
-
-__version__ = "0.1.0"
+from hourglass_client.models.times import Seconds
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-# The most one batch request may carry: the service refuses a larger one (docs/api/index.md).
-MAX_BATCH = 1000
-# Failures that happen before a request leaves: retrying them cannot repeat anything.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Answers that say the request was not served: a proxy's bad gateway and gateway
-# timeout as well as the service's own 503.
-_UNAVAILABLE = frozenset({502, 503, 504})
-
-
-@dataclass(frozen=True)
-class Options:
-    """How a client reaches the service; `Worker` builds its own client from these."""
-
-    url: str = DEFAULT_URL
-    token: str | None = field(default=None, repr=False)  # kept out of logs
-    timeout: float = 10.0
-    retries: int = 3
-    max_retry_wait: float = 30.0
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls,
-        url: str | None,
-        token: str | None,
-        timeout: float = 10.0,
-        retries: int = 3,
-        max_retry_wait: float = 30.0,
-        headers: dict[str, str] | None = None,
-    ) -> Options:
-        """Options from a constructor's arguments; the URL and token default to the
-        environment's HOURGLASS_URL and HOURGLASS_TOKEN."""
-        return cls(
-            url=(url or os.environ.get("HOURGLASS_URL") or DEFAULT_URL).rstrip("/"),
-            token=token if token is not None else os.environ.get("HOURGLASS_TOKEN") or None,
-            timeout=timeout,
-            retries=retries,
-            max_retry_wait=max_retry_wait,
-            headers=dict(headers or {}),
-        )
-
-    def http_arguments(self) -> dict[str, Any]:
-        headers = {"User-Agent": f"hourglass-client/{__version__}", **self.headers}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        return {"base_url": self.url, "headers": headers, "timeout": self.timeout}
-
-    def request_arguments(self, call: operations.Call[Any]) -> dict[str, Any]:
-        arguments: dict[str, Any] = {"params": call.params or None}
-        if call.has_body:
-            arguments["json"] = call.json
-        if call.traced and (trace := _tracing.headers()) is not None:
-            arguments["headers"] = trace  # added to the client's own
-        if call.wait:
-            # A long poll is answered after up to `wait` seconds: read that much longer.
-            arguments["timeout"] = httpx.Timeout(self.timeout, read=self.timeout + call.wait)
-        return arguments
-
-    def outcome(self, call: operations.Call[T], response: httpx.Response) -> T:
-        """The call's result from its answer, or the error it is."""
-        if response.is_success or response.status_code in call.accept:
-            return call.parse(response)
-        raise error_from(response)
-
-    def retry_wait(
-        self, call: operations.Call[Any], failure: HourglassError, attempt: int
-    ) -> float:
-        """Seconds to wait before sending `call` again after `failure`, its `attempt`-th
-        (from 0); raises `failure` when it is not to be retried.
-
-        A request that never left (no connection) is always sent again; one the service
-        answered `503` (or a proxy `502`/`504`) or whose answer was lost, only when it
-        is repeatable. The wait is the answer's Retry-After, else 0.5 s doubling with
-        jitter, at most `max_retry_wait`.
-        """
-        sent = not isinstance(failure.__cause__, _NOT_SENT)
-        unavailable = isinstance(failure, Unavailable) or failure.status in _UNAVAILABLE
-        if attempt >= self.retries or not unavailable or (sent and not call.repeatable):
-            raise failure
-        after = failure.retry_after if isinstance(failure, Unavailable) else None
-        if after is None:
-            after = 0.5 * 2**attempt * random.uniform(0.75, 1.25)
-        return min(after, self.max_retry_wait)
-
-
-def _connection_failed(call: operations.Call[Any], error: httpx.TransportError) -> ConnectionFailed:
-    failure = ConnectionFailed(f"{call.method} {call.path}: {type(error).__name__}: {error}")
-    failure.__cause__ = error
-    return failure
 
 
 def _blocking(build: Callable[P, operations.Call[T]]) -> Callable[Concatenate[Client, P], T]:
@@ -186,7 +98,7 @@ class Client:
                     call.method, call.path, **self.options.request_arguments(call)
                 )
             except httpx.TransportError as error:
-                failure: HourglassError = _connection_failed(call, error)
+                failure: HourglassError = connection_failed(call, error)
             else:
                 try:
                     return self.options.outcome(call, response)
@@ -324,15 +236,16 @@ class AsyncClient:
             transport=transport,
         )
 
-    async def send(self, call: operations.Call[T]) -> T:
-        """Send one operation, with the retries it allows; its result."""
+    async def send(
+        self, call: operations.Call[T], *, answer_begun: Callable[[], object] | None = None
+    ) -> T:
+        """Send one operation, with the retries it allows; its result. `answer_begun()` is
+        called as each answer begins (its headers in, its body not yet read)."""
         for attempt in range(self.options.retries + 1):
             try:
-                response = await self._http.request(
-                    call.method, call.path, **self.options.request_arguments(call)
-                )
+                response = await self._request(call, answer_begun)
             except httpx.TransportError as error:
-                failure: HourglassError = _connection_failed(call, error)
+                failure: HourglassError = connection_failed(call, error)
             else:
                 try:
                     return self.options.outcome(call, response)
@@ -341,6 +254,21 @@ class AsyncClient:
             await asyncio.sleep(self.options.retry_wait(call, failure, attempt))
         raise AssertionError("unreachable: the last attempt raises")
 
+    async def _request(
+        self, call: operations.Call[Any], answer_begun: Callable[[], object] | None
+    ) -> httpx.Response:
+        arguments = self.options.request_arguments(call)
+        if answer_begun is None:
+            return await self._http.request(call.method, call.path, **arguments)
+        request = self._http.build_request(call.method, call.path, **arguments)
+        response = await self._http.send(request, stream=True)
+        try:
+            answer_begun()
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
+
     offer = _awaitable(operations.offer)
     update = _awaitable(operations.update)
     create = _awaitable(operations.create)
@@ -348,7 +276,23 @@ class AsyncClient:
     delete = _awaitable(operations.delete)
     list_messages = _awaitable(operations.list_messages)
     history = _awaitable(operations.history)
-    poll = _awaitable(operations.poll)
+
+    async def poll(
+        self,
+        queue: str,
+        *,
+        max: int = 1,
+        wait: Seconds = 0,
+        lease: Seconds | None = None,
+        ack: Ack | str | None = None,
+        answer_begun: Callable[[], object] | None = None,
+    ) -> Lease:
+        """As `Client.poll`; `answer_begun()` is called once the answer has begun (the
+        service has claimed its messages): a caller that cancels the poll only before then
+        leaves nothing leased to a lock it never saw, as the workers do when they stop."""
+        call = operations.poll(queue, max=max, wait=wait, lease=lease, ack=ack)
+        return await self.send(call, answer_begun=answer_begun)
+
     ack = _awaitable(operations.ack)
     ack_keys = _awaitable(operations.ack_keys)
     extend = _awaitable(operations.extend)
@@ -439,4 +383,4 @@ class AsyncClient:
         await self.aclose()
 
 
-__all__ = ["AsyncClient", "Client", "Options"]
+__all__ = ["DEFAULT_URL", "AsyncClient", "Client", "Options", "__version__"]

@@ -143,7 +143,7 @@ class HoldsItsSecondPoll(AsyncClient):
             await self._sent.wait()
         await self.answered[number].wait()
 
-    async def poll(self, queue, *, max, wait, lease, ack=None):
+    async def poll(self, queue, *, max, wait, lease, ack=None, answer_begun=None):
         number = len(self.polls)
         self.polls.append((max, wait))
         self.answered.append(asyncio.Event())
@@ -151,7 +151,9 @@ class HoldsItsSecondPoll(AsyncClient):
         if number == 1:
             self.held.set()
             await self.release.wait()
-        lease = await super().poll(queue, max=max, wait=wait, lease=lease, ack=ack)
+        lease = await super().poll(
+            queue, max=max, wait=wait, lease=lease, ack=ack, answer_begun=answer_begun
+        )
         self.answered[number].set()
         return lease
 

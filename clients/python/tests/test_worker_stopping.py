@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import threading
+from collections.abc import AsyncIterator, Callable
+
+import httpx
 
 from hourglass_client import AsyncClient, AsyncWorker, Client
 from worker_support import WAIT, HoldsAnswersThatDoNotWait, keyed_offer
@@ -40,6 +44,71 @@ def test_a_stop_while_a_poll_answers_gives_back_what_it_did_not_start(service, q
         for key in ["a", "b"]:
             message = hourglass.get(queue, key)
             assert message.state == "ready" and message.deliveries == 1
+
+
+class StopsAsTheAnswerIsRead(httpx.AsyncBaseTransport):
+    """A transport that stops the worker as a waiting poll's answer is read: its headers
+    are in (the service has claimed), its body not yet."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.stop: Callable[[], None] = lambda: None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if not (request.url.path.endswith("/poll") and json.loads(request.content).get("wait")):
+            return response
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_StopsBeforeItsBody(response.stream, self.stop),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _StopsBeforeItsBody(httpx.AsyncByteStream):
+    def __init__(self, stream: httpx.AsyncByteStream, stop: Callable[[], None]) -> None:
+        self.stream = stream
+        self.stop = stop
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.stop()
+        for _ in range(10):  # the worker's loop runs its stop: a poll it cut would end here
+            await asyncio.sleep(0)
+        async for chunk in self.stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def test_a_stop_as_a_waiting_polls_answer_begins_reads_it_whole_and_gives_it_back(service, queue):
+    """Cut short then, the poll's messages would stay leased to a lock nobody saw until
+    their lease ran out (and, under a delivery limit, be dead-lettered unhandled)."""
+    handled: list[str] = []
+
+    async def handler(message):
+        handled.append(message.key)
+
+    async def main() -> None:
+        transport = StopsAsTheAnswerIsRead()
+        async with AsyncClient(service.url, transport=transport) as hourglass:
+            await hourglass.offer(queue, "a", 1)
+            await hourglass.offer(queue, "b", 2)
+            worker = AsyncWorker(hourglass, queue, handler, batch=10, wait=5)
+            transport.stop = worker.stop
+            await asyncio.wait_for(worker.run(handle_signals=False), WAIT)
+            stats = await hourglass.stats(queue)
+            assert (stats.leased, stats.ready) == (0, 2), stats
+            for key in ["a", "b"]:
+                message = await hourglass.get(queue, key)
+                assert message.state == "ready" and message.deliveries == 1
+
+    asyncio.run(main())
+    assert handled == []
 
 
 def test_a_second_signal_gives_the_async_workers_running_messages_back_at_once(service, queue):

@@ -70,12 +70,14 @@ class HoldsAnswersThatDoNotWait(AsyncClient):
         self.claimed = asyncio.Event()  # a poll that does not wait has claimed
         self.release = asyncio.Event()
 
-    async def poll(self, queue, *, max, wait, lease, ack=None):
+    async def poll(self, queue, *, max, wait, lease, ack=None, answer_begun=None):
         self.out += 1
         self.most_out = builtins.max(self.most_out, self.out)
         self.asked.append(max)
         try:
-            lease = await super().poll(queue, max=max, wait=wait, lease=lease, ack=ack)
+            lease = await super().poll(
+                queue, max=max, wait=wait, lease=lease, ack=ack, answer_begun=answer_begun
+            )
             if not wait and lease.messages:
                 self.claimed.set()
                 await self.release.wait()

@@ -47,16 +47,20 @@ class Job:
         self.took = 0.0  # how long a handler thread took, in seconds
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Poll:
     """A poll on its way: how many messages it asks for, whether it may wait for them, when
-    it was sent (on the loop's clock), and the finished messages of one lock it
-    acknowledges on its way (lock id and keys), if any."""
+    it was sent (on the loop's clock), the finished messages of one lock it acknowledges
+    on its way (lock id and keys), if any, and whether its answer has begun."""
 
     asked: int
     waits: bool
     started: float
     ack: tuple[str, list[str]] | None = None
+    begun: bool = False
+
+    def answer_begun(self) -> None:
+        self.begun = True
 
 
 class Engine(Settler):
@@ -249,10 +253,13 @@ class Engine(Settler):
             stop.cancel()
             self._acknowledge_now()
             # Stopping: the waiting poll is cut short (the service, seeing its caller gone,
-            # gives back what it claimed meanwhile); the others answer at once and are
-            # waited for (a poll that acknowledges answers at once: it waits for nothing).
-            # What they bring is given back, unstarted.
-            cut_short = [poll.waits and poll.ack is None for poll in polls.values()]
+            # gives back what it claimed meanwhile) unless its answer has begun, which is
+            # read whole (its messages are claimed by then); the others answer at once and
+            # are waited for (a poll that acknowledges answers at once: it waits for
+            # nothing). What they bring is given back, unstarted.
+            cut_short = [
+                poll.waits and poll.ack is None and not poll.begun for poll in polls.values()
+            ]
             answering = cut_short.count(False)
             if answering:
                 self.log.debug("stopping: waiting for %d poll(s) that do not wait", answering)
@@ -273,7 +280,14 @@ class Engine(Settler):
         wait = self.wait if poll.waits else 0.0
         ack = None if poll.ack is None else Ack(*poll.ack)
         return asyncio.ensure_future(
-            self.client.poll(self.queue, max=poll.asked, wait=wait, lease=self.lease, ack=ack)
+            self.client.poll(
+                self.queue,
+                max=poll.asked,
+                wait=wait,
+                lease=self.lease,
+                ack=ack,
+                answer_begun=poll.answer_begun,
+            )
         )
 
     def _answered(self, poll: Poll, future: asyncio.Future[Lease]) -> Lease:
