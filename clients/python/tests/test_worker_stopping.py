@@ -157,7 +157,7 @@ def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_bac
     has claimed and not yet answered: it is let answer, and its messages come back at
     once, none left leased to nobody (a cancelled poll's claim would stay leased for the
     lease's 30 s)."""
-    stopping = LogEvent("stopping: waiting for 1 poll(s) that do not wait")
+    stopping = LogEvent("stopping: waiting for 1 poll(s) to answer")
     log = logging.getLogger("hourglass_client.worker")
     log.addHandler(stopping)
     level = log.level
@@ -190,6 +190,47 @@ def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_bac
             assert (stats.leased, stats.ready) == (0, 2), stats
             finished = sorted([entry.key async for entry in hourglass.iter_history(queue)])
             assert finished == sorted(started)
+
+    try:
+        asyncio.run(main())
+    finally:
+        log.removeHandler(stopping)
+        log.setLevel(level)
+
+
+def test_a_stop_cuts_the_waiting_poll_before_it_waits_for_any_other(service, queue):
+    """A waiting poll is cut at once, not after a poll sent before it: its answer could
+    begin meanwhile and be cut mid-way, its messages left leased to nobody."""
+    stopping = LogEvent("stopping: waiting for 1 poll(s) to answer")
+    log = logging.getLogger("hourglass_client.worker")
+    log.addHandler(stopping)
+    level = log.level
+    log.setLevel(logging.DEBUG)
+
+    async def main() -> None:
+        async with HoldsAnswersThatDoNotWait(service.url, empty_too=True) as hourglass:
+            finish = asyncio.Event()
+
+            async def handler(message):
+                await finish.wait()
+
+            # Two polls on an empty queue: one waits, one does not (its answer held). The
+            # one that waits takes `x` once it comes, and a third, waiting, goes out after
+            # the held one.
+            worker = AsyncWorker(hourglass, queue, handler, concurrency=4, batch=2, wait=5)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            await asyncio.wait_for(hourglass.holding.wait(), WAIT)  # the empty answer
+            await hourglass.offer(queue, "x", 1)
+            await asyncio.wait_for(hourglass.polls_sent(3), WAIT)
+            assert hourglass.asked == [2, 2, 1]
+            worker.stop()
+            assert await asyncio.to_thread(stopping.seen.wait, WAIT)
+            assert hourglass.cut_short == 1  # while the held answer is still out
+            hourglass.release.set()
+            finish.set()
+            await asyncio.wait_for(running, WAIT)
+            stats = await hourglass.stats(queue)
+            assert (stats.messages, stats.leased) == (0, 0), stats
 
     try:
         asyncio.run(main())

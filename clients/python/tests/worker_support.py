@@ -59,28 +59,45 @@ def keyed_offer(key: str) -> Offer:
 
 
 class HoldsAnswersThatDoNotWait(AsyncClient):
-    """A client that counts the polls it has out at once, and holds the answer of each poll
-    that does not wait (claimed already by the service) until `release` is set."""
+    """A client that counts the polls it has out at once (and those cut short), and holds
+    the answer of each poll that does not wait (claimed already by the service; with
+    `empty_too`, an empty one too) until `release` is set."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, empty_too: bool = False) -> None:
         super().__init__(url)
+        self.empty_too = empty_too  # hold empty answers too
         self.out = 0
         self.most_out = 0
         self.asked: list[int] = []
+        self.cut_short = 0
         self.claimed = asyncio.Event()  # a poll that does not wait has claimed
+        self.holding = asyncio.Event()  # an answer is held
         self.release = asyncio.Event()
+        self._sent = asyncio.Event()
+
+    async def polls_sent(self, count: int) -> None:
+        """Wait until `count` polls have been sent."""
+        while len(self.asked) < count:
+            self._sent.clear()
+            await self._sent.wait()
 
     async def poll(self, queue, *, max, wait, lease, ack=None, answer_begun=None):
         self.out += 1
         self.most_out = builtins.max(self.most_out, self.out)
         self.asked.append(max)
+        self._sent.set()
         try:
             lease = await super().poll(
                 queue, max=max, wait=wait, lease=lease, ack=ack, answer_begun=answer_begun
             )
-            if not wait and lease.messages:
-                self.claimed.set()
+            if not wait and (lease.messages or self.empty_too):
+                if lease.messages:
+                    self.claimed.set()
+                self.holding.set()
                 await self.release.wait()
             return lease
+        except asyncio.CancelledError:
+            self.cut_short += 1
+            raise
         finally:
             self.out -= 1

@@ -257,15 +257,17 @@ class Engine(Settler):
             # read whole (its messages are claimed by then); the others answer at once and
             # are waited for (a poll that acknowledges answers at once: it waits for
             # nothing). What they bring is given back, unstarted.
-            cut_short = [
-                poll.waits and poll.ack is None and not poll.begun for poll in polls.values()
-            ]
-            answering = cut_short.count(False)
-            if answering:
-                self.log.debug("stopping: waiting for %d poll(s) that do not wait", answering)
-            for (future, poll), cut in zip(polls.items(), cut_short, strict=True):
-                if cut:
+            # All cut at once, before any other is waited for: one whose answer began while
+            # the worker waited would be cut mid-answer.
+            answering = 0
+            for future, poll in polls.items():
+                if poll.waits and poll.ack is None and not poll.begun:
                     future.cancel()
+                else:
+                    answering += 1
+            if answering:
+                self.log.debug("stopping: waiting for %d poll(s) to answer", answering)
+            for future, poll in polls.items():
                 await asyncio.wait([future])
                 if future.cancelled() and poll.ack is None:
                     continue
