@@ -200,7 +200,7 @@ for (const database of databases()) {
 }
 
 test("settings outside their bounds are refused", () => {
-  const client = new Client("http://live.hourglass.test");
+  const client = new Client("http://hourglass.test");
   for (const options of [{ concurrency: 0 }, { concurrency: 1001 }, { batch: 11 }, { batch: 0 }, { lease: 0.5 }, { wait: 21 }]) {
     assert.throws(() => running(client, "q", () => {}, options), RangeError, JSON.stringify(options));
   }
