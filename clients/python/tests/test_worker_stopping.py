@@ -8,9 +8,10 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
+import pytest
 
 from hourglass_client import AsyncClient, AsyncWorker, Client
 from worker_support import WAIT, HoldsAnswersThatDoNotWait, keyed_offer
@@ -152,16 +153,26 @@ class LogEvent(logging.Handler):
             self.seen.set()
 
 
-def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_back(service, queue):
+@pytest.fixture
+def stopping() -> Iterator[LogEvent]:
+    """Set once a stopping worker waits for one poll to answer (the worker's debug log)."""
+    event = LogEvent("stopping: waiting for 1 poll(s) to answer")
+    log = logging.getLogger("hourglass_client.worker")
+    log.addHandler(event)
+    level = log.level
+    log.setLevel(logging.DEBUG)
+    yield event
+    log.removeHandler(event)
+    log.setLevel(level)
+
+
+def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_back(
+    service, queue, stopping
+):
     """Two polls of two fill four slots; the worker stops while the one that does not wait
     has claimed and not yet answered: it is let answer, and its messages come back at
     once, none left leased to nobody (a cancelled poll's claim would stay leased for the
     lease's 30 s)."""
-    stopping = LogEvent("stopping: waiting for 1 poll(s) to answer")
-    log = logging.getLogger("hourglass_client.worker")
-    log.addHandler(stopping)
-    level = log.level
-    log.setLevel(logging.DEBUG)
 
     async def main() -> None:
         async with HoldsAnswersThatDoNotWait(service.url) as hourglass:
@@ -191,21 +202,12 @@ def test_a_stop_lets_a_poll_that_does_not_wait_answer_and_gives_its_messages_bac
             finished = sorted([entry.key async for entry in hourglass.iter_history(queue)])
             assert finished == sorted(started)
 
-    try:
-        asyncio.run(main())
-    finally:
-        log.removeHandler(stopping)
-        log.setLevel(level)
+    asyncio.run(main())
 
 
-def test_a_stop_cuts_the_waiting_poll_before_it_waits_for_any_other(service, queue):
+def test_a_stop_cuts_the_waiting_poll_before_it_waits_for_any_other(service, queue, stopping):
     """A waiting poll is cut at once, not after a poll sent before it: its answer could
     begin meanwhile and be cut mid-way, its messages left leased to nobody."""
-    stopping = LogEvent("stopping: waiting for 1 poll(s) to answer")
-    log = logging.getLogger("hourglass_client.worker")
-    log.addHandler(stopping)
-    level = log.level
-    log.setLevel(logging.DEBUG)
 
     async def main() -> None:
         async with HoldsAnswersThatDoNotWait(service.url, empty_too=True) as hourglass:
@@ -224,16 +226,13 @@ def test_a_stop_cuts_the_waiting_poll_before_it_waits_for_any_other(service, que
             await asyncio.wait_for(hourglass.polls_sent(3), WAIT)
             assert hourglass.asked == [2, 2, 1]
             worker.stop()
+            # Cut while the held answer is still out, not once it is in.
+            await asyncio.wait_for(hourglass.cut_short.wait(), WAIT)
             assert await asyncio.to_thread(stopping.seen.wait, WAIT)
-            assert hourglass.cut_short == 1  # while the held answer is still out
             hourglass.release.set()
             finish.set()
             await asyncio.wait_for(running, WAIT)
             stats = await hourglass.stats(queue)
             assert (stats.messages, stats.leased) == (0, 0), stats
 
-    try:
-        asyncio.run(main())
-    finally:
-        log.removeHandler(stopping)
-        log.setLevel(level)
+    asyncio.run(main())

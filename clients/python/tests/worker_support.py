@@ -59,7 +59,7 @@ def keyed_offer(key: str) -> Offer:
 
 
 class HoldsAnswersThatDoNotWait(AsyncClient):
-    """A client that counts the polls it has out at once (and those cut short), and holds
+    """A client that counts the polls it has out at once (and says when one is cut short), and holds
     the answer of each poll that does not wait (claimed already by the service; with
     `empty_too`, an empty one too) until `release` is set."""
 
@@ -69,7 +69,7 @@ class HoldsAnswersThatDoNotWait(AsyncClient):
         self.out = 0
         self.most_out = 0
         self.asked: list[int] = []
-        self.cut_short = 0
+        self.cut_short = asyncio.Event()  # a poll was cut short (cancelled)
         self.claimed = asyncio.Event()  # a poll that does not wait has claimed
         self.holding = asyncio.Event()  # an answer is held
         self.release = asyncio.Event()
@@ -97,7 +97,7 @@ class HoldsAnswersThatDoNotWait(AsyncClient):
                 await self.release.wait()
             return lease
         except asyncio.CancelledError:
-            self.cut_short += 1
+            self.cut_short.set()
             raise
         finally:
             self.out -= 1
